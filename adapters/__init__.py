@@ -1,0 +1,1 @@
+"""pgspec.adapters: the adapter protocol, the built-in PyTorch backend and framework adapters."""

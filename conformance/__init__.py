@@ -1,0 +1,1 @@
+"""pgspec.conformance: formula registry views, golden corpus, tolerance model, runner and CLI."""

@@ -1,0 +1,297 @@
+"""Exact reverse-mode differentiation over mpmath numbers.
+
+The reference writes every formula once, as its equation, and obtains the gradient the spec
+defines by applying the chain rule to that equation, symbol by symbol.  This module is the chain
+rule: a ``Var`` holds an ``mpf`` value and the exact local derivative of the operation that made
+it with respect to each operand.  Nothing here is numerical differentiation; every derivative is
+the closed-form derivative of an elementary function, evaluated at the working precision.
+
+Conventions (normative, see ``spec/conventions.md``):
+
+* ``sg(x)`` is the stop-gradient sg[x] of the spec: same value, zero derivative.
+* ``minimum``/``maximum`` at a tie pass half of the cotangent to each operand, as
+  ``torch.minimum``/``torch.maximum`` do; ``clip`` passes the cotangent through when the operand
+  lies inside the closed interval ``[lo, hi]`` (bounds included), as ``torch.clamp`` does.
+* Operands that are plain numbers (``mpf``) are constants: an operation on constants only returns
+  a constant, so parts of a formula that carry no gradient cost nothing extra.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from mpmath import mp, mpf
+
+__all__ = [
+    "Var", "value_of", "is_var", "sg", "exp", "log", "log1p", "expm1", "expm1_minus_x",
+    "sigmoid", "tanh", "sqrt", "minimum", "maximum", "clip", "absolute", "total", "backward",
+]
+
+_ids = itertools.count()
+_HALF = mpf(1) / 2
+
+
+class Var:
+    """A differentiable mpf value: ``value`` and ``parents`` = ((operand, d self / d operand), ...)."""
+
+    __slots__ = ("value", "parents", "order")
+
+    def __init__(self, value, parents=()):
+        self.value = value
+        self.parents = parents
+        self.order = next(_ids)
+
+    # arithmetic -------------------------------------------------------------------------
+    def __add__(self, other):
+        if isinstance(other, Var):
+            return Var(self.value + other.value, ((self, 1), (other, 1)))
+        return Var(self.value + other, ((self, 1),))
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        if isinstance(other, Var):
+            return Var(self.value - other.value, ((self, 1), (other, -1)))
+        return Var(self.value - other, ((self, 1),))
+
+    def __rsub__(self, other):
+        return Var(other - self.value, ((self, -1),))
+
+    def __mul__(self, other):
+        if isinstance(other, Var):
+            return Var(self.value * other.value, ((self, other.value), (other, self.value)))
+        return Var(self.value * other, ((self, other),))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        if isinstance(other, Var):
+            q = self.value / other.value
+            return Var(q, ((self, 1 / other.value), (other, -q / other.value)))
+        return Var(self.value / other, ((self, 1 / mpf(other)),))
+
+    def __rtruediv__(self, other):
+        q = other / self.value
+        return Var(q, ((self, -q / self.value),))
+
+    def __neg__(self):
+        return Var(-self.value, ((self, -1),))
+
+    def __pos__(self):
+        return self
+
+    # comparisons compare values (used for branch decisions, which carry no gradient) ---------
+    def __lt__(self, other):
+        return self.value < value_of(other)
+
+    def __le__(self, other):
+        return self.value <= value_of(other)
+
+    def __gt__(self, other):
+        return self.value > value_of(other)
+
+    def __ge__(self, other):
+        return self.value >= value_of(other)
+
+    def __float__(self):
+        return float(self.value)
+
+    def __repr__(self):
+        return f"Var({mp.nstr(self.value, 12)})"
+
+
+def is_var(x) -> bool:
+    return isinstance(x, Var)
+
+
+def value_of(x):
+    """The mpf value of a Var, or x itself for a constant."""
+    return x.value if isinstance(x, Var) else x
+
+
+def sg(x):
+    """Stop-gradient sg[x]: the value of x, carrying no derivative."""
+    return x.value if isinstance(x, Var) else x
+
+
+# elementary functions ----------------------------------------------------------------------
+
+def exp(x):
+    if isinstance(x, Var):
+        y = mp.exp(x.value)
+        return Var(y, ((x, y),))
+    return mp.exp(x)
+
+
+def log(x):
+    if isinstance(x, Var):
+        return Var(mp.log(x.value), ((x, 1 / x.value),))
+    return mp.log(x)
+
+
+def log1p(x):
+    if isinstance(x, Var):
+        return Var(mp.log1p(x.value), ((x, 1 / (1 + x.value)),))
+    return mp.log1p(x)
+
+
+def expm1(x):
+    if isinstance(x, Var):
+        return Var(mp.expm1(x.value), ((x, mp.exp(x.value)),))
+    return mp.expm1(x)
+
+
+def _expm1_minus_x_value(x):
+    """e^x - 1 - x without cancellation: a Taylor series for |x| < 1/2, else direct."""
+    if abs(x) >= _HALF:
+        return mp.expm1(x) - x
+    term = x * x / 2
+    acc = term
+    k = 2
+    eps = mp.eps * abs(term)
+    while abs(term) > eps:
+        k += 1
+        term = term * x / k
+        acc += term
+    return acc
+
+
+def expm1_minus_x(x):
+    """e^x - 1 - x, exact to working precision even for tiny |x| (the k3 core)."""
+    if isinstance(x, Var):
+        return Var(_expm1_minus_x_value(x.value), ((x, mp.expm1(x.value)),))
+    return _expm1_minus_x_value(x)
+
+
+def sigmoid(x):
+    if isinstance(x, Var):
+        y = _sigmoid_value(x.value)
+        return Var(y, ((x, y * (1 - y)),))
+    return _sigmoid_value(x)
+
+
+def _sigmoid_value(x):
+    if x >= 0:
+        return 1 / (1 + mp.exp(-x))
+    e = mp.exp(x)
+    return e / (1 + e)
+
+
+def tanh(x):
+    if isinstance(x, Var):
+        y = mp.tanh(x.value)
+        return Var(y, ((x, 1 - y * y),))
+    return mp.tanh(x)
+
+
+def sqrt(x):
+    if isinstance(x, Var):
+        y = mp.sqrt(x.value)
+        return Var(y, ((x, 1 / (2 * y)),))
+    return mp.sqrt(x)
+
+
+def absolute(x):
+    """|x|; derivative sign(x), 0 at x = 0 (as torch.abs)."""
+    if isinstance(x, Var):
+        v = x.value
+        return Var(abs(v), ((x, mp.sign(v)),))
+    return abs(x)
+
+
+def minimum(a, b):
+    """min(a, b); at a tie each operand receives half the cotangent (torch.minimum)."""
+    va, vb = value_of(a), value_of(b)
+    if va < vb:
+        return a
+    if vb < va:
+        return b
+    return _tie(a, b)
+
+
+def maximum(a, b):
+    """max(a, b); at a tie each operand receives half the cotangent (torch.maximum)."""
+    va, vb = value_of(a), value_of(b)
+    if va > vb:
+        return a
+    if vb > va:
+        return b
+    return _tie(a, b)
+
+
+def _tie(a, b):
+    parents = tuple((x, _HALF) for x in (a, b) if isinstance(x, Var))
+    if not parents:
+        return a
+    return Var(value_of(a), parents)
+
+
+def clip(x, lo=None, hi=None):
+    """clip(x, lo, hi) = min(max(x, lo), hi); derivative 1 on the closed interval [lo, hi]."""
+    v = value_of(x)
+    if lo is not None and v < value_of(lo):
+        return value_of(lo)
+    if hi is not None and v > value_of(hi):
+        return value_of(hi)
+    return x
+
+
+def total(terms):
+    """Sum of an iterable of Vars and constants, as one node (no deep chains of additions)."""
+    const = mpf(0)
+    parents = []
+    acc = mpf(0)
+    for t in terms:
+        if isinstance(t, Var):
+            acc += t.value
+            parents.append((t, 1))
+        else:
+            const += t
+    if not parents:
+        return const
+    return Var(acc + const, tuple(parents))
+
+
+# backward ------------------------------------------------------------------------------------
+
+def backward(output, cotangent=1):
+    """d output / d leaf for every Var reachable from ``output`` (a Var, or nested lists of them).
+
+    For a nested output the cotangent is one on every element, i.e. the gradient of the sum of the
+    outputs (the vector-Jacobian product with a ones vector, as ``y.backward(ones_like(y))``).
+    Returns a dict from ``id(var)`` to its derivative (an mpf).
+    """
+    roots = [v for v in _flatten(output) if isinstance(v, Var)]
+    grads: dict[int, object] = {}
+    if not roots:
+        return grads
+    # Collect the graph, then visit nodes in reverse creation order: a node is created after
+    # every operand it depends on, so this is a valid reverse topological order.
+    nodes = {}
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if id(n) in nodes:
+            continue
+        nodes[id(n)] = n
+        for p, _ in n.parents:
+            if id(p) not in nodes:
+                stack.append(p)
+    for r in roots:
+        grads[id(r)] = grads.get(id(r), 0) + cotangent
+    for n in sorted(nodes.values(), key=lambda n: n.order, reverse=True):
+        g = grads.get(id(n))
+        if g is None or not n.parents:
+            continue
+        for p, d in n.parents:
+            pid = id(p)
+            grads[pid] = grads.get(pid, 0) + g * d
+    return grads
+
+
+def _flatten(x):
+    if isinstance(x, (list, tuple)):
+        for item in x:
+            yield from _flatten(item)
+    else:
+        yield x

@@ -1,0 +1,213 @@
+"""``evaluate``: validate inputs and parameters, run one formula in mpmath, return values and gradients."""
+
+from __future__ import annotations
+
+from mpmath import mp, mpf
+
+from . import _ad
+from ._errors import SpecError
+from ._registry import Formula, get
+
+DEFAULT_DPS = 60
+
+
+def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: int = DEFAULT_DPS):
+    """Evaluate formula ``formula_id`` on ``inputs`` with ``params`` at ``dps`` decimal digits.
+
+    Returns a dict from each output name to an ``mpf`` (or a bool, an int, ``None`` at a masked
+    position) or nested lists of them, plus ``"grad"``: a dict from each differentiable input
+    name to d(sum of the elements of output ``grad_of``)/d(input), nested like that input, with
+    exact zeros at masked positions.  Raises ``SpecError`` on any bad input.
+    """
+    f = get(formula_id)
+    if not isinstance(dps, int) or isinstance(dps, bool) or dps < 15:
+        raise SpecError(f"dps must be an integer >= 15, got {dps!r}")
+    if not isinstance(inputs, dict):
+        raise SpecError(f"{formula_id}: inputs must be a dict of input name -> nested list, got {type(inputs).__name__}")
+    with mp.workdps(dps):
+        checked_params = check_params(f, params)
+        converted, leaves = convert_inputs(f, inputs)
+        raw = f.func(**converted, **checked_params)
+        missing = [o.name for o in f.outputs if o.name not in raw]
+        extra = [k for k in raw if k not in {o.name for o in f.outputs}]
+        if missing or extra:
+            raise AssertionError(f"{formula_id}: outputs {sorted(raw)} do not match the declaration")
+        result = {name: _values(v) for name, v in raw.items()}
+        grads = {}
+        if f.differentiable:
+            d = _ad.backward(raw[f.grad_of])
+            for name, nested_leaves in leaves.items():
+                grads[name] = _collect(nested_leaves, d)
+        result["grad"] = grads
+    return result
+
+
+def check_params(f: Formula, params: dict | None) -> dict:
+    params = dict(params or {})
+    known = {p.name: p for p in f.params}
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        listed = ", ".join(sorted(known)) or "none"
+        raise SpecError(f"{f.id}: unknown parameter(s) {unknown}; parameters are: {listed}")
+    out = {}
+    for name, p in known.items():
+        value = p.check(f.id, params.get(name, p.default))
+        # real parameters are exact decimals or floats: convert at the working precision
+        out[name] = mpf(value) if p.kind == "real" and value is not None else value
+    return out
+
+
+def convert_inputs(f: Formula, inputs: dict):
+    """Validate shapes, kinds and finiteness; return (converted inputs, differentiable leaves).
+
+    Real inputs become mpf; positions where the mask is false become ``None`` so that no value
+    there, finite or not, can reach a result.  Differentiable inputs become ``_ad.Var`` leaves.
+    """
+    names = {i.name for i in f.inputs}
+    unknown = sorted(set(inputs) - names)
+    if unknown:
+        raise SpecError(f"{f.id}: unknown input(s) {unknown}; inputs are: {', '.join(i.name for i in f.inputs)}")
+    dims: dict[str, tuple[int, str]] = {}
+    shapes = {}
+    for spec in f.inputs:
+        if spec.name not in inputs or inputs[spec.name] is None:
+            if not spec.optional:
+                expected = " or ".join("[" + ",".join(map(str, s)) + "]" for s in spec.shapes)
+                raise SpecError(f"{f.id}: missing input {spec.name!r} (expected shape {expected})")
+            continue
+        shape = _shape(inputs[spec.name], spec.name, f.id)
+        shapes[spec.name] = _match_shape(f, spec, shape, dims)
+    mask = None
+    mask_name = f.mask_input
+    if mask_name is not None and mask_name in inputs and inputs[mask_name] is not None:
+        mask = inputs[mask_name]
+    converted = {}
+    leaves = {}
+    for spec in f.inputs:
+        if spec.name not in inputs or inputs[spec.name] is None:
+            converted[spec.name] = None
+            continue
+        value = inputs[spec.name]
+        shape_syms = shapes[spec.name]
+        if spec.kind == "bool":
+            converted[spec.name] = _check_leaves(value, spec.name, f.id, _is_bool, "a bool (true/false)")
+            continue
+        if spec.kind == "int":
+            converted[spec.name] = _check_leaves(value, spec.name, f.id, _is_int, "an integer")
+            continue
+        masked = mask is not None and spec.name != mask_name and shape_syms[:2] == ("B", "T")
+        converted[spec.name] = _to_mpf(value, spec.name, f.id, mask if masked else None, ())
+        if spec.name in f.differentiable:
+            converted[spec.name] = _make_leaves(converted[spec.name])
+            leaves[spec.name] = converted[spec.name]
+    return converted, leaves
+
+
+def _is_bool(x):
+    return isinstance(x, bool)
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _shape(x, name, fid, path=()):
+    if isinstance(x, (list, tuple)):
+        if not x:
+            return (0,)
+        subs = [_shape(item, name, fid, path + (k,)) for k, item in enumerate(x)]
+        first = subs[0]
+        for k, s in enumerate(subs):
+            if s != first:
+                where = "".join(f"[{i}]" for i in path)
+                raise SpecError(
+                    f"{fid}: input {name!r} is ragged: {name}{where}[0] has shape {list(first)} "
+                    f"but {name}{where}[{k}] has shape {list(s)}; pad to a rectangular array"
+                )
+        return (len(x),) + first
+    return ()
+
+
+def _match_shape(f, spec, shape, dims):
+    expected = " or ".join("[" + ",".join(map(str, s)) + "]" for s in spec.shapes)
+    for candidate in spec.shapes:
+        if len(candidate) != len(shape) and not (shape == (0,) and len(candidate) >= 1):
+            continue
+        trial = dict(dims)
+        ok = True
+        for sym, n in zip(candidate, shape):
+            if isinstance(sym, int):
+                ok = ok and sym == n
+            elif sym in trial and trial[sym][0] != n and not (shape == (0,)):
+                ok = False
+            else:
+                trial.setdefault(sym, (n, spec.name))
+        if ok:
+            dims.update(trial)
+            return tuple(candidate)
+    bound = ", ".join(f"{s}={n} (from {src!r})" for s, (n, src) in dims.items())
+    raise SpecError(
+        f"{f.id}: input {spec.name!r} must have shape {expected}"
+        + (f" with {bound}" if bound else "")
+        + f", got shape {list(shape)}"
+    )
+
+
+def _check_leaves(x, name, fid, pred, expected, path=()):
+    if isinstance(x, (list, tuple)):
+        return [_check_leaves(item, name, fid, pred, expected, path + (k,)) for k, item in enumerate(x)]
+    if not pred(x):
+        where = "".join(f"[{i}]" for i in path)
+        raise SpecError(f"{fid}: input {name}{where} must be {expected}, got {x!r}")
+    return x
+
+
+def _to_mpf(x, name, fid, mask, path):
+    """Convert a nested list of numbers to mpf; positions where ``mask`` is false become None."""
+    if isinstance(x, (list, tuple)):
+        out = []
+        for k, item in enumerate(x):
+            sub_mask = mask
+            if mask is not None and len(path) < 2:
+                sub_mask = mask[k]
+            out.append(_to_mpf(item, name, fid, sub_mask, path + (k,)))
+        return out
+    where = "".join(f"[{i}]" for i in path)
+    if mask is False:
+        return None  # excluded: never read by any formula
+    if isinstance(x, bool) or not isinstance(x, (int, float, str, mpf)):
+        raise SpecError(f"{fid}: input {name}{where} must be a real number (int, float or decimal string), got {x!r}")
+    try:
+        v = mpf(x)
+    except (TypeError, ValueError):
+        raise SpecError(f"{fid}: input {name}{where} must be a real number, got {x!r}") from None
+    if not mp.isfinite(v):
+        allowed = " (NaN and +-inf are allowed only where the mask is false)" if mask is not None else ""
+        raise SpecError(f"{fid}: input {name}{where} must be finite{allowed}, got {x!r}")
+    return v
+
+
+def _make_leaves(x):
+    if isinstance(x, list):
+        return [_make_leaves(item) for item in x]
+    if x is None:
+        return None
+    return _ad.Var(x)
+
+
+def _values(x):
+    if isinstance(x, list):
+        return [_values(item) for item in x]
+    if isinstance(x, _ad.Var):
+        return x.value
+    if isinstance(x, (bool, int)) or x is None:
+        return x
+    return mpf(x)
+
+
+def _collect(leaves, d):
+    if isinstance(leaves, list):
+        return [_collect(item, d) for item in leaves]
+    if leaves is None:
+        return mpf(0)
+    return mpf(d.get(id(leaves), 0))
