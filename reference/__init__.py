@@ -10,4 +10,4 @@ from ._evaluate import DEFAULT_DPS, evaluate
 from ._registry import FAMILIES, REGISTRY, Formula, Input, Output, Param, get
 
 # Importing the family modules registers their formulas.
-from . import ratio  # noqa: E402,F401
+from . import logprob, ratio, surrogate, is_, mask, kl, agg, adv, dist, loss  # noqa: E402,F401

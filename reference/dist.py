@@ -1,0 +1,3 @@
+"""dist: formulas of the `dist` family (spec/dist.md)."""
+
+from __future__ import annotations

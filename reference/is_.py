@@ -1,0 +1,3 @@
+"""is: formulas of the `is` family (spec/is.md)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""kl: formulas of the `kl` family (spec/kl.md)."""
+
+from __future__ import annotations

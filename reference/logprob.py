@@ -1,0 +1,3 @@
+"""logprob: formulas of the `logprob` family (spec/logprob.md)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""mask: formulas of the `mask` family (spec/mask.md)."""
+
+from __future__ import annotations
