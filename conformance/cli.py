@@ -40,6 +40,94 @@ def _formulas(args) -> int:
     return 0
 
 
+def _golden(args) -> int:
+    from . import golden
+
+    if args.action == "generate":
+        import time
+
+        start = time.perf_counter()
+        files = golden.generate_all()
+        golden.write_all(files)
+        n = sum(len(__import__("json").loads(d)["cases"]) for d in files.values())
+        print(f"wrote {len(files)} golden files ({n} cases) to {golden.GOLDEN_DIR} "
+              f"in {time.perf_counter() - start:.1f} s")
+        return 0
+    problems = golden.verify()
+    if problems:
+        print("pgspec golden verify: FAILED", file=sys.stderr)
+        for p in problems:
+            print("  " + p, file=sys.stderr)
+        return 1
+    print(f"pgspec golden verify: {len(golden.load_manifest()['files'])} files byte-identical to the generator's output")
+    return 0
+
+
+def _run(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import report, runner
+
+    console = Console(stderr=True)
+    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    from .tolerance import DTYPES
+
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        console.print(f"pgspec run: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
+        return 2
+    try:
+        adapter = runner.load_adapter(args.adapter)
+        ok, why = adapter.available()
+        if not ok:
+            console.print(f"pgspec run: adapter {args.adapter!r} is not available: {why}")
+            return 2
+        ok, why = adapter.device_available(args.device)
+        if not ok:
+            console.print(f"pgspec run: device {args.device!r} is not available: {why}")
+            return 2
+        cases = runner.select_cases(args.formulas)
+    except runner.RunError as e:
+        console.print(f"pgspec run: {e}")
+        return 2
+    summary = runner.RunSummary()
+    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task(f"{adapter.name} on {args.device}", total=len(cases) * len(dtypes))
+        for dtype in dtypes:
+            for case in cases:
+                summary.results.append(runner.run_case(adapter, case, dtype, args.device))
+                progress.advance(task)
+    report.print_matrix(summary, adapter, args.device, dtypes)
+    for spec in args.report or []:
+        kind, _, path = spec.partition(":")
+        report.write(kind, path, summary, adapter, args.device, dtypes)
+        console.print(f"wrote {kind} report to {path}")
+    return summary.exit_code()
+
+
+def _adapters(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from . import runner
+
+    table = Table(title="pgspec adapters")
+    for col in ("name", "available", "framework", "version", "formulas", "deviations"):
+        table.add_column(col)
+    for name in sorted(runner.BUILTIN_ADAPTERS):
+        try:
+            adapter = runner.load_adapter(name)
+            ok, why = adapter.available()
+            table.add_row(name, "yes" if ok else f"no: {why}", adapter.framework, adapter.version,
+                          str(len(adapter.capabilities())), str(len(adapter.deviations)))
+        except Exception as e:  # noqa: BLE001 - an adapter whose framework is missing is listed as such
+            table.add_row(name, f"no: {e}", "-", "-", "-", "-")
+    Console().print(table)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pgspec", description="The policy-gradient loss specification.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -47,6 +135,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.add_argument("--formulas", default="*", metavar="GLOB", help="only IDs matching this glob")
     p.set_defaults(func=_formulas)
+    g = sub.add_parser("golden", help="generate or verify the golden corpus")
+    g.add_argument("action", choices=("generate", "verify"))
+    g.set_defaults(func=_golden)
+    r = sub.add_parser("run", help="run the conformance suite against an adapter")
+    r.add_argument("--adapter", default="torch", help="built-in adapter name or module:object (default torch)")
+    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    r.add_argument("--dtype", default="float64,float32,bfloat16", help="comma-separated dtypes")
+    r.add_argument("--formulas", default="*", metavar="GLOB", help="formula or case ID globs, comma-separated")
+    r.add_argument("--report", action="append", metavar="KIND:PATH", help="json:PATH, md:PATH or html:PATH (repeatable)")
+    r.set_defaults(func=_run)
+    a = sub.add_parser("adapters", help="list adapters with availability and version")
+    a.set_defaults(func=_adapters)
     return parser
 
 

@@ -19,12 +19,13 @@ Conventions (normative, see ``spec/conventions.md``):
 from __future__ import annotations
 
 import itertools
+import math
 
 from mpmath import mp, mpf
 
 __all__ = [
     "Var", "value_of", "is_var", "sg", "exp", "log", "log1p", "expm1", "expm1_minus_x",
-    "sigmoid", "tanh", "sqrt", "minimum", "maximum", "clip", "absolute", "total", "backward",
+    "sigmoid", "tanh", "sqrt", "minimum", "maximum", "clip", "absolute", "total", "backward", "error_scales",
 ]
 
 _ids = itertools.count()
@@ -34,12 +35,15 @@ _HALF = mpf(1) / 2
 class Var:
     """A differentiable mpf value: ``value`` and ``parents`` = ((operand, d self / d operand), ...)."""
 
-    __slots__ = ("value", "parents", "order")
+    __slots__ = ("value", "parents", "order", "rounding")
 
-    def __init__(self, value, parents=()):
+    def __init__(self, value, parents=(), rounding=None):
         self.value = value
         self.parents = parents
         self.order = next(_ids)
+        # How to bound the rounding error this operation itself commits in floating point: None
+        # for one correctly rounded operation, "sum" or "expm1_minus_x".  See error_scales().
+        self.rounding = rounding
 
     # arithmetic -------------------------------------------------------------------------
     def __add__(self, other):
@@ -142,31 +146,29 @@ def expm1(x):
 
 
 def _expm1_minus_x_value(x):
-    """e^x - 1 - x without cancellation: a Taylor series for |x| < 1/2, else direct."""
-    if abs(x) >= _HALF:
-        return mp.expm1(x) - x
-    term = x * x / 2
-    acc = term
-    k = 2
-    eps = mp.eps * abs(term)
-    while abs(term) > eps:
-        k += 1
-        term = term * x / k
-        acc += term
-    return acc
+    """e^x - 1 - x without cancellation: expm1(x) - x loses about log2(2/|x|) bits when |x| < 1,
+    so it is evaluated with that many extra bits (plus 10 guard bits) and rounded once."""
+    if x == 0:
+        return mpf(0)
+    extra = 10 + max(0, -mp.mag(x))  # mag(x) >= log2|x|
+    with mp.workprec(mp.prec + extra):
+        y = mp.expm1(x) - x
+    return +y
 
 
 def expm1_minus_x(x):
     """e^x - 1 - x, exact to working precision even for tiny |x| (the k3 core)."""
     if isinstance(x, Var):
-        return Var(_expm1_minus_x_value(x.value), ((x, mp.expm1(x.value)),))
+        # its error scale is that of the formula as usually written, exp(x) - 1 - x
+        return Var(_expm1_minus_x_value(x.value), ((x, mp.expm1(x.value)),), rounding="expm1_minus_x")
     return _expm1_minus_x_value(x)
 
 
 def sigmoid(x):
     if isinstance(x, Var):
         y = _sigmoid_value(x.value)
-        return Var(y, ((x, y * (1 - y)),))
+        # sigma'(x) = sigma(x) sigma(-x): no cancellation in 1 - y for large x
+        return Var(y, ((x, y * _sigmoid_value(-x.value)),))
     return _sigmoid_value(x)
 
 
@@ -179,8 +181,8 @@ def _sigmoid_value(x):
 
 def tanh(x):
     if isinstance(x, Var):
-        y = mp.tanh(x.value)
-        return Var(y, ((x, 1 - y * y),))
+        # tanh'(x) = 1/cosh(x)^2: no cancellation in 1 - tanh(x)^2 for large |x|
+        return Var(mp.tanh(x.value), ((x, 1 / mp.cosh(x.value) ** 2),))
     return mp.tanh(x)
 
 
@@ -249,7 +251,7 @@ def total(terms):
             const += t
     if not parents:
         return const
-    return Var(acc + const, tuple(parents))
+    return Var(acc + const, tuple(parents), rounding="sum")
 
 
 # backward ------------------------------------------------------------------------------------
@@ -287,6 +289,93 @@ def backward(output, cotangent=1):
             pid = id(p)
             grads[pid] = grads.get(pid, 0) + g * d
     return grads
+
+
+def error_scales(output, leaves):
+    """The tolerance model's scale S (spec/tolerance.md): a first-order error bound, in units of u.
+
+    Forward: E(y) = rounding(y) + sum over operands p of |dy/dp| E(p), with E = 0 at the inputs
+    (they are exact) and rounding(y) = |y| for one correctly rounded operation (pairwise-sum and
+    fused-op bounds are recorded on the node).  So S = |y| for an elementwise result and the sum
+    of absolute terms for a reduction, weighted by how much each term's own error is amplified.
+
+    Backward: the gradient of a leaf is a sum over paths of products of local derivatives; its
+    scale is sum over paths of prod |d_e| * (1 + sum over edges of (1 + E(n_e)/|n_e|)), which
+    bounds the error of evaluating those derivatives from rounded values.
+
+    Returns (scale of each output element as nested lists like ``output``, {id(leaf): scale}).
+    """
+    roots = [v for v in _flatten(output) if isinstance(v, Var)]
+    nodes = {}
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if id(n) in nodes:
+            continue
+        nodes[id(n)] = n
+        stack.extend(p for p, _ in n.parents if id(p) not in nodes)
+    order = sorted(nodes.values(), key=lambda n: n.order)
+    # Scales need two or three significant digits: Python floats suffice and are fast.  Should a
+    # magnitude leave the float range, the same pass runs again in low-precision mpf.
+    for number in (float, lambda x: mpf(x)):
+        with mp.workprec(64):
+            E, grad_scales = _scale_pass(order, nodes, roots, leaves, number)
+        values = list(E.values()) + list(grad_scales.values())
+        if number is not float or all(math.isfinite(v) for v in values):
+            break
+    def out_scale(x):
+        if isinstance(x, (list, tuple)):
+            return [out_scale(i) for i in x]
+        if isinstance(x, Var):
+            return mpf(E[id(x)]) if x.parents else abs(x.value)
+        if x is None or isinstance(x, bool):
+            return None
+        return abs(x)
+
+    return out_scale(output), grad_scales
+
+
+def _scale_pass(order, nodes, roots, leaves, number):
+    E = {}
+    for n in order:
+        e = number(0) if not n.parents else number(_rounding(n))  # an input is exact
+        for p, d in n.parents:
+            e += abs(number(d)) * E[id(p)]
+        E[id(n)] = e
+    rel = {}
+    for k, n in nodes.items():
+        v = abs(number(n.value))
+        rel[k] = 1 + (E[k] / v if v != 0 else E[k])
+    A, C = {}, {}
+    for r in roots:
+        A[id(r)] = A.get(id(r), number(0)) + 1
+        C.setdefault(id(r), number(0))
+    for n in reversed(order):
+        a = A.get(id(n))
+        if a is None:
+            continue
+        c = C[id(n)]
+        step = c + a * rel[id(n)]
+        for p, d in n.parents:
+            ad = abs(number(d))
+            A[id(p)] = A.get(id(p), number(0)) + a * ad
+            C[id(p)] = C.get(id(p), number(0)) + step * ad
+    grad_scales = {id(leaf): A.get(id(leaf), number(0)) + C.get(id(leaf), number(0)) for leaf in leaves}
+    return E, grad_scales
+
+
+def _rounding(n):
+    """The rounding error committed by node n itself, in units of u."""
+    if n.rounding == "sum":
+        # a sum of k terms evaluated pairwise errs by at most ceil(log2 k) * u * sum |terms|
+        const = n.value - mp.fsum(p.value for p, _ in n.parents)
+        k = len(n.parents) + (1 if const else 0)
+        return max(1, (k - 1).bit_length()) * (mp.fsum(abs(p.value) for p, _ in n.parents) + abs(const))
+    if n.rounding == "expm1_minus_x":
+        # exp(x) - 1 - x as usually written: three roundings of magnitude e^x, e^x - 1 and the result
+        x = n.parents[0][0].value
+        return abs(mp.exp(x)) + abs(mp.expm1(x)) + abs(n.value)
+    return abs(n.value)
 
 
 def _flatten(x):

@@ -11,13 +11,18 @@ from ._registry import Formula, get
 DEFAULT_DPS = 60
 
 
-def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: int = DEFAULT_DPS):
+def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: int = DEFAULT_DPS,
+             with_scale: bool = False):
     """Evaluate formula ``formula_id`` on ``inputs`` with ``params`` at ``dps`` decimal digits.
 
     Returns a dict from each output name to an ``mpf`` (or a bool, an int, ``None`` at a masked
     position) or nested lists of them, plus ``"grad"``: a dict from each differentiable input
     name to d(sum of the elements of output ``grad_of``)/d(input), nested like that input, with
     exact zeros at masked positions.  Raises ``SpecError`` on any bad input.
+
+    With ``with_scale=True`` the result also has ``"scale"``: the tolerance model's scale S
+    (spec/tolerance.md) of every output element, keyed by output name, and of every gradient
+    element, keyed ``"grad.<input>"``.
     """
     f = get(formula_id)
     if not isinstance(dps, int) or isinstance(dps, bool) or dps < 15:
@@ -39,7 +44,29 @@ def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: 
             for name, nested_leaves in leaves.items():
                 grads[name] = _collect(nested_leaves, d)
         result["grad"] = grads
+        if with_scale:
+            result["scale"] = _scales(f, raw, leaves)
     return result
+
+
+def _scales(f: Formula, raw: dict, leaves: dict) -> dict:
+    scales = {}
+    all_leaves = [leaf for nested in leaves.values() for _, leaf in _flat_items(nested) if leaf is not None]
+    for o in f.outputs:
+        out_scale, grad_scale = _ad.error_scales(raw[o.name], all_leaves if o.name == f.grad_of else [])
+        scales[o.name] = out_scale
+        if o.name == f.grad_of:
+            for name, nested in leaves.items():
+                scales[f"grad.{name}"] = _collect(nested, grad_scale)
+    return scales
+
+
+def _flat_items(x):
+    if isinstance(x, list):
+        for item in x:
+            yield from _flat_items(item)
+    else:
+        yield None, x
 
 
 def check_params(f: Formula, params: dict | None) -> dict:

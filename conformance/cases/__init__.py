@@ -1,0 +1,90 @@
+"""Golden case definitions: plain data, one module per family.
+
+Each family module defines ``cases()`` returning a list of ``Case``.  A case names its formula,
+its category and (for hand-checkable examples) the arithmetic in its description.  Inputs are
+nested lists of numbers that are exactly representable in bfloat16; ``scale`` cases instead give
+a ``Generated`` recipe (see spec/golden-format.md) so that 8192- and 32768-token inputs need no
+storage.  Only the generator (``pgspec golden generate``) turns cases into golden files.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+CATEGORIES = ("example", "regression", "edge", "random", "scale")
+FAMILY_MODULES = ("logprob", "ratio", "surrogate", "is_", "mask", "kl", "agg", "adv", "dist", "loss")
+
+
+@dataclass(frozen=True)
+class Generated:
+    """Inputs made on load by the documented generator ``pgspec-splitmix64/1``.
+
+    ``B`` sequences of ``T`` positions; ``lengths`` gives each sequence's unmasked length (right
+    padding), default all ``T``; ``fields`` names the inputs to make (see generate_inputs).
+    """
+
+    seed: int
+    B: int
+    T: int
+    fields: tuple
+    lengths: tuple | None = None
+    groups: int | None = None   # number of prompt groups for group_ids (sequences assigned round-robin)
+
+    def to_json(self):
+        return {
+            "generator": "pgspec-splitmix64/1",
+            "seed": self.seed,
+            "B": self.B,
+            "T": self.T,
+            "fields": list(self.fields),
+            "lengths": list(self.lengths) if self.lengths is not None else None,
+            "groups": self.groups,
+        }
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str                      # stable case ID, "<formula id>/<slug>"
+    formula: str
+    category: str
+    description: str
+    inputs: dict | Generated
+    params: dict = field(default_factory=dict)
+    links: tuple = ()            # issue / source links (required for category "regression")
+
+    def check(self):
+        if not self.id.startswith(self.formula + "/"):
+            raise ValueError(f"case {self.id!r}: the ID must start with its formula ID {self.formula!r} and '/'")
+        if self.category not in CATEGORIES:
+            raise ValueError(f"case {self.id!r}: category must be one of {CATEGORIES}, got {self.category!r}")
+        if self.category == "regression" and not self.links:
+            raise ValueError(f"case {self.id!r}: a regression case needs a link to its issue")
+        if self.category == "scale" and not isinstance(self.inputs, Generated):
+            raise ValueError(f"case {self.id!r}: a scale case takes Generated inputs")
+
+
+def random_inputs(seed: int, B: int, T: int, fields, lengths=None) -> dict:
+    """Literal inputs for a ``random`` case, made once by the documented generator."""
+    from ..generator import generate_inputs
+
+    return generate_inputs(Generated(seed, B, T, tuple(fields), tuple(lengths) if lengths else None).to_json())
+
+
+def all_cases() -> list[Case]:
+    out = []
+    seen = set()
+    for name in FAMILY_MODULES:
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"{__name__}.{name}":
+                continue
+            raise
+        for case in module.cases():
+            case.check()
+            if case.id in seen:
+                raise ValueError(f"duplicate case ID {case.id!r}")
+            seen.add(case.id)
+            out.append(case)
+    return out

@@ -1,0 +1,76 @@
+"""``pgspec-splitmix64/1``: the deterministic input generator of scale cases (spec/golden-format.md).
+
+Every value it makes is exactly representable in bfloat16, so one case serves float64, float32 and
+bfloat16 runs.  It is specified bit for bit so that a C++ or CUDA test can reproduce it.
+"""
+
+from __future__ import annotations
+
+MASK64 = (1 << 64) - 1
+
+
+class SplitMix64:
+    """SplitMix64 (Steele, Lea, Flood 2014), the reference 64-bit version."""
+
+    def __init__(self, seed: int):
+        self.state = seed & MASK64
+
+    def next(self) -> int:
+        self.state = (self.state + 0x9E3779B97F4A7C15) & MASK64
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        return z ^ (z >> 31)
+
+    def below(self, n: int) -> int:
+        """An integer in [0, n): next() mod n (the bias is irrelevant for test data)."""
+        return self.next() % n
+
+
+def logprob_value(e: int, m: int) -> float:
+    """-(1 + m/128) * 2^-e: a bfloat16 number (8 significant bits) in (-2, 0)."""
+    return -(1.0 + m / 128.0) * 2.0 ** -e
+
+
+def generate_inputs(spec: dict) -> dict:
+    """Make the inputs a ``Generated`` recipe (as its JSON dict) describes.
+
+    For each sequence b and position t, in that order (b outer, t inner), the generator draws:
+    e = below(11), m = below(128) -> logprobs (or values, for an aggregator) = -(1 + m/128) 2^-e; then for old_logprobs and
+    sampler_logprobs (when requested, in that order) j = below(7) - 3 and the value
+    -(1 + m'/128) 2^-e with m' = min(max(m + j, 0), 127); then for ref_logprobs j = below(9) - 4
+    likewise.  Then per sequence: advantages = (below(17) - 8) / 8, rewards = below(2).
+    mask[b][t] = t < lengths[b]; group_ids[b] = b mod groups.  Positions outside the mask still get
+    values (they are excluded by the mask).
+    """
+    rng = SplitMix64(spec["seed"])
+    B, T = spec["B"], spec["T"]
+    fields = set(spec["fields"])
+    lengths = spec.get("lengths") or [T] * B
+    # the first stream is logprobs, or values for an aggregator's input
+    primary = "logprobs" if "logprobs" in fields else "values" if "values" in fields else None
+    names = [primary] if primary else []
+    names += [n for n in ("old_logprobs", "sampler_logprobs", "ref_logprobs") if n in fields]
+    out = {name: [] for name in names}
+    for b in range(B):
+        rows = {name: [] for name in out}
+        for _t in range(T):
+            e, m = rng.below(11), rng.below(128)
+            if primary:
+                rows[primary].append(logprob_value(e, m))
+            for name, spread in (("old_logprobs", 3), ("sampler_logprobs", 3), ("ref_logprobs", 4)):
+                if name in rows:
+                    j = rng.below(2 * spread + 1) - spread
+                    rows[name].append(logprob_value(e, min(max(m + j, 0), 127)))
+        for name in out:
+            out[name].append(rows[name])
+    if "advantages" in fields:
+        out["advantages"] = [(rng.below(17) - 8) / 8 for _ in range(B)]
+    if "rewards" in fields:
+        out["rewards"] = [float(rng.below(2)) for _ in range(B)]
+    if "mask" in fields:
+        out["mask"] = [[t < lengths[b] for t in range(T)] for b in range(B)]
+    if "group_ids" in fields:
+        groups = spec.get("groups") or 1
+        out["group_ids"] = [b % groups for b in range(B)]
+    return out

@@ -1,0 +1,127 @@
+"""The golden corpus: byte-exact regeneration, checksums, schema, precision, bf16 inputs, coverage."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from mpmath import mp, mpf
+
+from pgspec.conformance import golden
+from pgspec.conformance.cases import all_cases
+from pgspec.reference import REGISTRY, evaluate
+
+
+def test_golden_files_are_byte_identical_to_the_generator():
+    problems = golden.verify()
+    assert not problems, "\n".join(problems)
+
+
+def test_every_file_loads_with_checksum_and_schema():
+    cases = golden.load_all()
+    assert {c["formula"] for c in cases} == {c.formula for c in all_cases()}
+
+
+def test_altered_file_is_rejected_naming_it(tmp_path):
+    directory = tmp_path / "golden"
+    shutil.copytree(golden.GOLDEN_DIR, directory)
+    path = directory / "ratio.json"
+    doc = json.loads(path.read_text())
+    doc["cases"][0]["outputs"]["ratio"][0][0] = "1.5"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    with pytest.raises(golden.GoldenError, match="ratio.json: sha256 .* does not match the MANIFEST"):
+        golden.load_family("ratio", directory)
+    with pytest.raises(golden.GoldenError, match="ratio.json"):
+        golden.load_all(directory)
+    assert any("ratio.json" in p and "ratio.token/two-tokens" in p for p in golden.verify(directory))
+
+
+def test_file_failing_the_schema_is_rejected_naming_it(tmp_path):
+    directory = tmp_path / "golden"
+    shutil.copytree(golden.GOLDEN_DIR, directory)
+    path = directory / "ratio.json"
+    doc = json.loads(path.read_text())
+    del doc["cases"][0]["scale"]
+    data = (json.dumps(doc, indent=1) + "\n").encode()
+    path.write_bytes(data)
+    files = {p.name: p.read_bytes() for p in directory.glob("*.json") if p.name != "schema.json"}
+    (directory / "MANIFEST").write_bytes(golden.manifest_bytes(files))
+    with pytest.raises(golden.GoldenError, match="ratio.json: does not match schema.json at cases/0"):
+        golden.load_family("ratio", directory)
+
+
+def _flat(x):
+    if isinstance(x, list):
+        for item in x:
+            yield from _flat(item)
+    else:
+        yield x
+
+
+def test_stored_outputs_are_correct_to_35_digits_at_higher_precision():
+    """Recompute every non-scale case at 100 digits: the stored 40-digit strings must agree."""
+    checked = 0
+    for case in golden.load_all():
+        if case["category"] == "scale":
+            continue
+        hi = evaluate(case["formula"], golden.case_inputs(case), case["params"], dps=100)
+        with mp.workdps(100):
+            pairs = [(case["outputs"][k], hi[k]) for k in case["outputs"]]
+            pairs += [(case["grad"][k], hi["grad"][k]) for k in case["grad"]]
+            for stored, exact in pairs:
+                for s, e in zip(_flat(stored), _flat(exact)):
+                    if s is None or isinstance(s, bool) or isinstance(s, int):
+                        assert s == e, case["id"]
+                        continue
+                    v = mpf(s)
+                    assert abs(v - e) <= abs(e) * mpf(10) ** -35, f"{case['id']}: {s} vs {mp.nstr(e, 45)}"
+                    checked += 1
+    assert checked > 100
+
+
+def test_inputs_are_bfloat16_exact_and_shortest_decimals():
+    for case in golden.load_all():
+        if "$generate" in case["inputs"]:
+            continue
+        f = REGISTRY[case["formula"]]
+        for name, value in case["inputs"].items():
+            if f.input(name).kind != "real":
+                continue
+            for s in _flat(value):
+                x = float(s)
+                assert golden.bf16_exact(x), f"{case['id']}: {name} value {s} is not bfloat16-exact"
+                if s not in ("nan", "inf", "-inf"):
+                    assert s == repr(x), f"{case['id']}: {s} is not the shortest round-trip decimal"
+
+
+def test_generated_scale_inputs_are_bfloat16_exact():
+    from pgspec.conformance.generator import generate_inputs
+
+    for case in all_cases():
+        if case.category == "scale":
+            inputs = generate_inputs(case.inputs.to_json())
+            for name, value in inputs.items():
+                if name in ("mask", "group_ids"):
+                    continue
+                assert all(golden.bf16_exact(x) for x in _flat(value)), f"{case.id}: {name}"
+
+
+def test_coverage_per_formula():
+    """Each formula: at least 3 examples, and the edge cases its family needs."""
+    by_formula = {}
+    for case in all_cases():
+        by_formula.setdefault(case.formula, []).append(case)
+    problems = []
+    for fid, f in sorted(REGISTRY.items()):
+        cases = by_formula.get(fid, [])
+        examples = [c for c in cases if c.category == "example"]
+        if len(examples) < 3:
+            problems.append(f"{fid}: {len(examples)} example cases (need 3)")
+        if not any(c.category == "edge" for c in cases):
+            problems.append(f"{fid}: no edge cases")
+        if f.family in ("ratio", "is", "agg", "loss"):
+            sizes = {c.inputs.T for c in cases if c.category == "scale"}
+            if not {8192, 32768} <= sizes:
+                problems.append(f"{fid}: scale cases at 8192 and 32768 tokens missing (have {sorted(sizes)})")
+    assert not problems, "\n".join(problems)
