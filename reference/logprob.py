@@ -1,3 +1,192 @@
-"""logprob: formulas of the `logprob` family (spec/logprob.md)."""
+"""logprob: token log-probabilities and entropies from logits (spec/logprob.md).
+
+Every formula here works on the *transformed* logits of one position,
+
+    z'_v = softcap_c(s * z_v) / tau,      softcap_c(x) = c * tanh(x / c)   (identity when c is null),
+
+with logit scale s, softcap c and temperature tau, in this order (TRL 1.16.0
+``ChunkedLogProbFunction``: scale, then softcap, then division by the temperature).
+
+The log-sum-exp is written in the shifted form
+
+    LSE(z') = z'_* + log1p( sum_{v != *} exp(z'_v - z'_*) ),     * = the first index of the maximum,
+
+which is an identity (so its gradient is the softmax whichever maximum is chosen) and has no
+cancellation: every exponent is <= 0 and log1p is exact for a small sum.  The entropy is written
+as a sum of non-negative terms for the same reason (see ``entropy_of``).
+"""
 
 from __future__ import annotations
+
+from mpmath import mp
+
+from ._ad import Var, exp, log1p, total, value_of
+from ._common import MASK, per_token, positions, require, token_output
+from ._registry import Input, Param, formula
+
+LOGITS = Input("logits", (("B", "T", "V"),))
+TARGETS = Input(
+    "targets", (("B", "T"),), kind="int",
+    doc="realized token ids; each must lie in [0, V) where the mask is true (any integer, e.g. -100, elsewhere)",
+)
+
+TEMPERATURE = Param(
+    "temperature", 1, lo=0, lo_open=True,
+    doc="tau > 0: the transformed logits are divided by tau (after the scale and the softcap)",
+)
+LOGIT_SCALE = Param(
+    "logit_scale", 1, lo=0, lo_open=True,
+    doc="s > 0: the raw logits are multiplied by s first (Cohere-style logit scale; Fast-LLM logits_scale_factor)",
+)
+SOFTCAP = Param(
+    "softcap", None, lo=0, lo_open=True, nullable=True,
+    doc="c > 0: the scaled logits are capped to c*tanh(x/c) before the temperature (Gemma-style); null: no cap",
+)
+LOGIT_PARAMS = (TEMPERATURE, LOGIT_SCALE, SOFTCAP)
+
+TRL_LOGITS = (
+    "trl 1.16.0 trl/kernels/chunked_logprob.py ChunkedLogProbFunction "
+    "(logit_scale, then softcap, then / temperature)"
+)
+LIGER_LOGITS = "liger-kernel 0.8.5 chunked_loss/fused_linear_ppo.py and ops/grpo_loss.py (logits / temperature)"
+
+
+# Per-position primitives (composable by other families) ---------------------------------------
+
+def softcap_value(x, c):
+    """c * tanh(x / c), differentiable in x, with derivative sech^2(x / c).
+
+    ``_ad.tanh`` differentiates as 1 - tanh^2, which cancels when |x / c| is large (tanh -> +-1);
+    1 / cosh^2 is the same number computed without cancellation.
+    """
+    if c is None:
+        return x
+    u = value_of(x) / c
+    y = c * mp.tanh(u)
+    if isinstance(x, Var):
+        return Var(y, ((x, 1 / mp.cosh(u) ** 2),))
+    return y
+
+
+def transform_logits(row, temperature=1, logit_scale=1, softcap=None):
+    """z'_v = softcap_c(s * z_v) / tau for every entry v of one position's logits ``row``."""
+    return [softcap_value(z * logit_scale, softcap) / temperature for z in row]
+
+
+def _argmax(zs):
+    """The first index of the largest value (a branch decision; it carries no gradient)."""
+    best = 0
+    for v in range(1, len(zs)):
+        if value_of(zs[v]) > value_of(zs[best]):
+            best = v
+    return best
+
+
+def _shifted(zs):
+    """(*, [z'_v - z'_* for v], s) with * = argmax and s = sum_{v != *} exp(z'_v - z'_*)."""
+    star = _argmax(zs)
+    diffs = [zs[v] - zs[star] for v in range(len(zs))]
+    s = total(exp(diffs[v]) for v in range(len(zs)) if v != star)
+    return star, diffs, s
+
+
+def log_sum_exp(zs):
+    """LSE(z') = log sum_v exp(z'_v) = z'_* + log1p(sum_{v != *} exp(z'_v - z'_*))."""
+    star, _, s = _shifted(zs)
+    return zs[star] + log1p(s)
+
+
+def log_softmax_at(row, target, temperature=1, logit_scale=1, softcap=None):
+    """l = z'_y - LSE(z') = (z'_y - z'_*) - log1p(sum_{v != *} exp(z'_v - z'_*)).
+
+    ``row`` is one position's raw logits (mpf or Var), ``target`` the token id y.  Its gradient with
+    respect to z_v is (1[v = y] - p_v) * (s / tau) * softcap'(s z_v).
+    """
+    zs = transform_logits(row, temperature, logit_scale, softcap)
+    _, diffs, s = _shifted(zs)
+    return diffs[target] - log1p(s)
+
+
+def entropy_of(row, temperature=1, logit_scale=1, softcap=None):
+    """H = -sum_v p_v log p_v of p = softmax(z'), written without cancellation:
+
+        H = log1p(S) + (1 / (1 + S)) * sum_{v != *} d_v exp(-d_v),
+        d_v = z'_* - z'_v >= 0,  S = sum_{v != *} exp(-d_v),
+
+    (every term is >= 0; H = LSE - sum_v p_v z'_v rearranged around the maximum z'_*).
+    """
+    zs = transform_logits(row, temperature, logit_scale, softcap)
+    star = _argmax(zs)
+    d = [zs[star] - zs[v] for v in range(len(zs)) if v != star]
+    e = [exp(-dv) for dv in d]
+    s = total(e)
+    return log1p(s) + total(dv * ev for dv, ev in zip(d, e)) / (1 + s)
+
+
+# Validation --------------------------------------------------------------------------------------
+
+def _check_vocab(formula_id, logits, mask, targets=None):
+    """Every unmasked position has V >= 1 logits and (for log-probs) a target in [0, V)."""
+    for i, row in enumerate(mask):
+        for t in positions(row):
+            V = len(logits[i][t])
+            require(V >= 1, f"{formula_id}: input 'logits' must have V >= 1 vocabulary entries, got V = 0")
+            if targets is not None:
+                y = targets[i][t]
+                require(
+                    0 <= y < V,
+                    f"{formula_id}: input targets[{i}][{t}] must be a token id in [0, V) = [0, {V}) "
+                    f"where the mask is true, got {y}",
+                )
+
+
+# Formulas ---------------------------------------------------------------------------------------
+
+@formula(
+    "logprob.token",
+    title="Token log-prob log softmax(softcap_c(s z) / tau)_y at the realized token",
+    inputs=(LOGITS, TARGETS, MASK),
+    params=LOGIT_PARAMS,
+    outputs=(token_output("logprobs", "l_{i,t} = log p_{i,t}(y_{i,t})"),),
+    differentiable=("logits",),
+    grad_of="logprobs",
+    references=(
+        TRL_LOGITS,
+        LIGER_LOGITS,
+        "verl 0.9.1 / NeMo-RL / slime: logits / temperature before log-softmax (research notes)",
+        "Fast-LLM main: log softmax(logits_scale_factor * z), temperature via scale = 1/tau",
+        "Gemma Team 2024, Gemma 2, arXiv:2408.00118 (final-logit soft-capping c*tanh(z/c), c = 30)",
+    ),
+)
+def token_logprob(logits, targets, mask, *, temperature, logit_scale, softcap):
+    """logprob.token:  l_{i,t} = z'_{i,t,y} - log sum_v exp(z'_{i,t,v}),
+    z'_{i,t,v} = softcap_c(s z_{i,t,v}) / tau,  y = y_{i,t}   (null where the mask is false)."""
+    _check_vocab("logprob.token", logits, mask, targets)
+    return {
+        "logprobs": per_token(
+            mask,
+            lambda i, t: log_softmax_at(logits[i][t], targets[i][t], temperature, logit_scale, softcap),
+        )
+    }
+
+
+@formula(
+    "logprob.entropy",
+    title="Token entropy H = -sum_v p_v log p_v of softmax(softcap_c(s z) / tau)",
+    inputs=(LOGITS, MASK),
+    params=LOGIT_PARAMS,
+    outputs=(token_output("entropy", "H_{i,t}, in nats"),),
+    differentiable=("logits",),
+    grad_of="entropy",
+    references=(
+        TRL_LOGITS + " (entropy = log Z - sum_v p_v z_v)",
+        "slime: full-vocabulary entropy of the temperature-scaled logits (research notes)",
+    ),
+)
+def token_entropy(logits, mask, *, temperature, logit_scale, softcap):
+    """logprob.entropy:  H_{i,t} = -sum_v p_{i,t,v} log p_{i,t,v},  p = softmax(z'_{i,t}),
+    z'_{i,t,v} = softcap_c(s z_{i,t,v}) / tau   (null where the mask is false)."""
+    _check_vocab("logprob.entropy", logits, mask)
+    return {
+        "entropy": per_token(mask, lambda i, t: entropy_of(logits[i][t], temperature, logit_scale, softcap))
+    }
