@@ -74,6 +74,11 @@ def _run(args) -> int:
     from .tolerance import DTYPES
 
     bad = [d for d in dtypes if d not in DTYPES]
+    for spec in args.report or []:
+        kind, _, path = spec.partition(":")
+        if kind not in ("json", "md", "html") or not path:
+            console.print(f"pgspec run: --report takes json:PATH, md:PATH or html:PATH, got {spec!r}")
+            return 2
     if bad:
         console.print(f"pgspec run: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
         return 2
