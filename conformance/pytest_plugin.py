@@ -1,0 +1,105 @@
+"""pytest plugin: ``pytest --pgspec-adapter NAME`` runs the golden corpus as parametrized tests.
+
+NAME is a built-in adapter (``torch``) or ``module:object`` for an adapter that lives in the
+user's own repository.  Each (case, dtype) becomes one test whose ID is the case ID and dtype,
+e.g. ``pgspec::kl.k3/two-tokens[float32]``.  pass -> passed; fail, error or stale-deviation ->
+failed (with the first failing element and a repro snippet); a declared deviation -> xfailed with
+its reason and link; an unsupported formula or dtype -> skipped.  Without the option the plugin
+does nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("pgspec", "pgspec conformance suite")
+    group.addoption("--pgspec-adapter", default=None, metavar="NAME",
+                    help="run the pgspec golden corpus against this adapter (built-in name or module:object)")
+    group.addoption("--pgspec-device", default="cpu", choices=("cpu", "cuda"), help="device (default cpu)")
+    group.addoption("--pgspec-dtype", default="float64,float32", metavar="DTYPES",
+                    help="comma-separated dtypes (default float64,float32)")
+    group.addoption("--pgspec-formulas", default="*", metavar="GLOB", help="formula or case ID globs")
+
+
+class PgspecItem(pytest.Item):
+    def __init__(self, *, case, dtype, **kwargs):
+        super().__init__(**kwargs)
+        self.case = case
+        self.dtype = dtype
+
+    def runtest(self):
+        from pgspec.conformance import runner
+
+        adapter = self.config._pgspec_adapter
+        device = self.config.getoption("--pgspec-device")
+        result = runner.run_case(adapter, self.case, self.dtype, device)
+        self.user_properties.append(("pgspec_outcome", result.outcome))
+        if result.error_ratio is not None:
+            self.user_properties.append(("pgspec_error_ratio", result.error_ratio))
+        if result.outcome == "pass":
+            return
+        if result.outcome == "unsupported":
+            pytest.skip(result.message)
+        if result.outcome == "deviation":
+            d = result.deviation
+            pytest.xfail(f"declared {d['kind']}: {d['reason']} ({d['link']})")
+        raise PgspecFailure(result)
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, PgspecFailure):
+            r = excinfo.value.result
+            return f"{r.outcome}: {r.case_id} [{r.dtype}]\n{r.message.strip()}\n\nReproduce:\n{r.repro}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"pgspec {self.case['id']} [{self.dtype}]"
+
+
+class PgspecFailure(Exception):
+    def __init__(self, result):
+        super().__init__(result.message)
+        self.result = result
+
+
+class PgspecCollector(pytest.Collector):
+    def collect(self):
+        from pgspec.conformance import runner
+
+        config = self.config
+        dtypes = [d.strip() for d in config.getoption("--pgspec-dtype").split(",") if d.strip()]
+        for case in runner.select_cases(config.getoption("--pgspec-formulas")):
+            for dtype in dtypes:
+                yield PgspecItem.from_parent(self, name=f"{case['id']}[{dtype}]", case=case, dtype=dtype)
+
+
+def pytest_configure(config):
+    name = config.getoption("--pgspec-adapter")
+    if not name:
+        return
+    from pgspec.conformance import runner
+    from pgspec.conformance.tolerance import DTYPES
+
+    dtypes = [d.strip() for d in config.getoption("--pgspec-dtype").split(",") if d.strip()]
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        raise pytest.UsageError(f"--pgspec-dtype: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
+    try:
+        adapter = runner.load_adapter(name)
+    except runner.RunError as e:
+        raise pytest.UsageError(f"--pgspec-adapter: {e}") from None
+    ok, why = adapter.available()
+    if not ok:
+        raise pytest.UsageError(f"--pgspec-adapter: adapter {name!r} is not available: {why}")
+    ok, why = adapter.device_available(config.getoption("--pgspec-device"))
+    if not ok:
+        raise pytest.UsageError(f"--pgspec-device: {why}")
+    config._pgspec_adapter = adapter
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if not getattr(config, "_pgspec_adapter", None):
+        return
+    collector = PgspecCollector.from_parent(session, name="pgspec")
+    items.extend(collector.collect())
