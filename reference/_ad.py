@@ -35,12 +35,15 @@ _HALF = mpf(1) / 2
 class Var:
     """A differentiable mpf value: ``value`` and ``parents`` = ((operand, d self / d operand), ...)."""
 
-    __slots__ = ("value", "parents", "order", "rounding")
+    __slots__ = ("value", "parents", "order", "rounding", "source")
 
-    def __init__(self, value, parents=(), rounding=None):
+    def __init__(self, value, parents=(), rounding=None, source=None):
         self.value = value
         self.parents = parents
         self.order = next(_ids)
+        # For sg[x]: the node x whose value this is.  It carries x's rounding error (error_scales
+        # follows it) but no derivative (backward does not).
+        self.source = source
         # How to bound the rounding error this operation itself commits in floating point: None
         # for one correctly rounded operation, "sum" or "expm1_minus_x".  See error_scales().
         self.rounding = rounding
@@ -101,7 +104,15 @@ class Var:
         return float(self.value)
 
     def __repr__(self):
+        # Kept cheap on purpose: mpmath builds this string when an mpf meets a Var (mpf * Var)
+        # before it hands the operation to Var.__rmul__.  Use describe() to see the value.
+        return "Var"
+
+    def describe(self):
         return f"Var({mp.nstr(self.value, 12)})"
+
+    def __abs__(self):
+        return absolute(self)
 
 
 def is_var(x) -> bool:
@@ -114,8 +125,15 @@ def value_of(x):
 
 
 def sg(x):
-    """Stop-gradient sg[x]: the value of x, carrying no derivative."""
-    return x.value if isinstance(x, Var) else x
+    """Stop-gradient sg[x]: the value of x, carrying no derivative.
+
+    For a Var the result is a new Var with no operands (so no derivative flows through it) that
+    remembers x as its source, so that the tolerance model still sees the rounding error x
+    carries (a truncated IS weight computed in float32 is not exact just because it is detached).
+    """
+    if isinstance(x, Var):
+        return Var(x.value, (), source=x)
+    return x
 
 
 # elementary functions ----------------------------------------------------------------------
@@ -314,6 +332,8 @@ def error_scales(output, leaves):
             continue
         nodes[id(n)] = n
         stack.extend(p for p, _ in n.parents if id(p) not in nodes)
+        if n.source is not None and id(n.source) not in nodes:
+            stack.append(n.source)
     order = sorted(nodes.values(), key=lambda n: n.order)
     # Scales need two or three significant digits: Python floats suffice and are fast.  Should a
     # magnitude leave the float range, the same pass runs again in low-precision mpf.
@@ -338,7 +358,11 @@ def error_scales(output, leaves):
 def _scale_pass(order, nodes, roots, leaves, number):
     E = {}
     for n in order:
-        e = number(0) if not n.parents else number(_rounding(n))  # an input is exact
+        if n.source is not None:
+            E[id(n)] = E[id(n.source)]  # sg[x] carries x's error
+            continue
+        # an input is exact; a constant-valued node with a stated rounding keeps it
+        e = number(0) if not n.parents and not isinstance(n.rounding, mpf) else number(_rounding(n))
         for p, d in n.parents:
             e += abs(number(d)) * E[id(p)]
         E[id(n)] = e
@@ -366,6 +390,8 @@ def _scale_pass(order, nodes, roots, leaves, number):
 
 def _rounding(n):
     """The rounding error committed by node n itself, in units of u."""
+    if isinstance(n.rounding, mpf):
+        return n.rounding  # a fused node states the error of its formula as usually written
     if n.rounding == "sum":
         # a sum of k terms evaluated pairwise errs by at most ceil(log2 k) * u * sum |terms|
         const = n.value - mp.fsum(p.value for p, _ in n.parents)

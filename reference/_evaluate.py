@@ -12,7 +12,7 @@ DEFAULT_DPS = 60
 
 
 def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: int = DEFAULT_DPS,
-             with_scale: bool = False):
+             with_scale: bool = False):  # noqa: C901
     """Evaluate formula ``formula_id`` on ``inputs`` with ``params`` at ``dps`` decimal digits.
 
     Returns a dict from each output name to an ``mpf`` (or a bool, an int, ``None`` at a masked
@@ -31,7 +31,7 @@ def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: 
         raise SpecError(f"{formula_id}: inputs must be a dict of input name -> nested list, got {type(inputs).__name__}")
     with mp.workdps(dps):
         checked_params = check_params(f, params)
-        converted, leaves = convert_inputs(f, inputs)
+        converted, leaves = convert_inputs(f, inputs, track_all=with_scale)
         raw = f.func(**converted, **checked_params)
         missing = [o.name for o in f.outputs if o.name not in raw]
         extra = [k for k in raw if k not in {o.name for o in f.outputs}]
@@ -84,11 +84,13 @@ def check_params(f: Formula, params: dict | None) -> dict:
     return out
 
 
-def convert_inputs(f: Formula, inputs: dict):
+def convert_inputs(f: Formula, inputs: dict, track_all: bool = False):
     """Validate shapes, kinds and finiteness; return (converted inputs, differentiable leaves).
 
     Real inputs become mpf; positions where the mask is false become ``None`` so that no value
-    there, finite or not, can reach a result.  Differentiable inputs become ``_ad.Var`` leaves.
+    there, finite or not, can reach a result.  Differentiable inputs become ``_ad.Var`` leaves;
+    with ``track_all`` every real input does (so the tolerance scale sees every rounding), while
+    gradients are still reported for the differentiable inputs only.
     """
     names = {i.name for i in f.inputs}
     unknown = sorted(set(inputs) - names)
@@ -124,9 +126,10 @@ def convert_inputs(f: Formula, inputs: dict):
             continue
         masked = mask is not None and spec.name != mask_name and shape_syms[:2] == ("B", "T")
         converted[spec.name] = _to_mpf(value, spec.name, f.id, mask if masked else None, ())
-        if spec.name in f.differentiable:
+        if spec.name in f.differentiable or track_all:
             converted[spec.name] = _make_leaves(converted[spec.name])
-            leaves[spec.name] = converted[spec.name]
+            if spec.name in f.differentiable:
+                leaves[spec.name] = converted[spec.name]
     return converted, leaves
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from mpmath import mp, mpf
 
+from ._ad import sqrt, total, value_of
 from ._common import GROUP_IDS, REWARDS, ZERO, seq_output
 from ._registry import Param, formula
 
@@ -63,7 +64,7 @@ def groups_of(group_ids):
 
 def mean(xs):
     """(1/n) sum x at the working precision."""
-    return mp.fsum(xs) / len(xs)
+    return total(xs) / len(xs)
 
 
 def std_dev(xs, kind, center=None):
@@ -75,13 +76,13 @@ def std_dev(xs, kind, center=None):
     if kind == "bessel" and n < 2:
         return None
     mu = mean(xs) if center is None else center
-    return mp.sqrt(mp.fsum((x - mu) ** 2 for x in xs) / (n if kind == "population" else n - 1))
+    return sqrt(total((x - mu) * (x - mu) for x in xs) / (n if kind == "population" else n - 1))
 
 
 def normalize(x, sigma, eps, eps_placement):
     """x / (sigma + eps) or x / sqrt(sigma^2 + eps); 0 when that denominator is 0 (then x = 0 too)."""
-    denom = sigma + eps if eps_placement == "std" else mp.sqrt(sigma * sigma + eps)
-    if denom == 0:
+    denom = sigma + eps if eps_placement == "std" else sqrt(sigma * sigma + eps)
+    if value_of(denom) == 0:
         return ZERO
     return x / denom
 
@@ -96,7 +97,7 @@ def group_stats(rewards, members, kind, singleton):
     rs = [rewards[i] for i in members]
     if len(rs) == 1:
         return (rs[0], ZERO) if singleton == "zero" else (ZERO, mpf(1))
-    if all(r == rs[0] for r in rs):
+    if all(value_of(r) == value_of(rs[0]) for r in rs):
         return rs[0], ZERO
     mu = mean(rs)
     return mu, (None if kind is None else std_dev(rs, kind, mu))
@@ -134,7 +135,7 @@ def batch_normalized(rewards, group_ids, std_kind="population", eps=0, eps_place
     pooled = centered if std_of == "centered" else rewards
     if not pooled or (std_kind == "bessel" and len(pooled) < 2):
         return [ZERO] * len(centered)
-    sigma = ZERO if all(x == pooled[0] for x in pooled) else std_dev(pooled, std_kind)
+    sigma = ZERO if all(value_of(x) == value_of(pooled[0]) for x in pooled) else std_dev(pooled, std_kind)
     return [normalize(c, sigma, eps, eps_placement) for c in centered]
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from mpmath import mp, mpf
 
-from ._ad import clip, exp
+from ._ad import clip, exp, total
 from ._common import MASK, OLD_LOGPROBS, SAMPLER_LOGPROBS, positions, require, seq_output, token_output
 from ._registry import Output, Param, formula
 from .kl import k1, k2, k3
@@ -90,9 +90,9 @@ def token_log_weight(old_row, sampler_row, t):
 def sequence_log_weight(old_row, sampler_row, ts):
     """Sequence level: u_i = sum_{t in ts} (l^old - l^mu), the log of the product of token ratios.
 
-    An empty sequence (ts empty) has u_i = 0.  Summed exactly (mp.fsum), then rounded once.
+    An empty sequence (ts empty) has u_i = 0.
     """
-    return mp.fsum(mismatch_log_ratio(old_row[t], sampler_row[t]) for t in ts)
+    return total(mismatch_log_ratio(old_row[t], sampler_row[t]) for t in ts)
 
 
 def geometric_log_weight(old_row, sampler_row, ts):
@@ -114,11 +114,11 @@ def reduce_statistic(level, values):
     """The per-sequence statistic of is.reject: seq_sum = sum, seq_mean = sum / L (0 when L = 0),
     seq_max = max (0 when L = 0)."""
     if level == "seq_sum":
-        return mp.fsum(values)
+        return total(values)
     if not values:
         return mpf(0)
     if level == "seq_mean":
-        return mp.fsum(values) / len(values)
+        return total(values) / len(values)
     if level == "seq_max":
         return max(values)
     raise AssertionError(level)

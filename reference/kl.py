@@ -124,17 +124,23 @@ def importance_weighted_k3(logprob, old_logprob, ref_logprob, log_ratio_min=None
     with l as its only operand (l^old and l^ref are constants).
     """
     l = value_of(logprob)
-    w = ratio_weight(l, old_logprob)
-    x = log_ratio(l, ref_logprob)
+    w = ratio_weight(l, value_of(old_logprob))
+    x = log_ratio(l, value_of(ref_logprob))
     x_clamped = clamp_log_ratio(x, log_ratio_min, log_ratio_max)
-    y = w * k3(x_clamped)
+    k = k3(x_clamped)
+    y = w * k
     if not is_var(logprob):
         return y
+    # The rounding error of the formula as usually written, w = exp(l - l_old) times
+    # k3 = exp(x) - 1 - x with x = l_ref - l (for the tolerance model; see _ad.error_scales).
+    e_w = abs(w) * (1 + abs(l - value_of(old_logprob)))
+    e_k = abs(exp(x_clamped)) + abs(exp(x_clamped) - 1) + abs(k) + abs(exp(x_clamped) - 1) * abs(x_clamped)
+    rounding = abs(y) + abs(k) * e_w + abs(w) * e_k
     if x_clamped == x:
-        return Var(y, ((logprob, -(w * x)),))
+        return Var(y, ((logprob, -(w * x)),), rounding=rounding)
     if sg_ratio_where_clamped:
-        return y  # sg[w] * k3(a constant): no derivative
-    return Var(y, ((logprob, y),))
+        return Var(y, (), source=Var(y, (), rounding=rounding))  # sg[w] k3(constant): no derivative
+    return Var(y, ((logprob, y),), rounding=rounding)
 
 
 # Registered formulas ---------------------------------------------------------------------------

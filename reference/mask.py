@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from mpmath import mp, mpf
 
+from ._ad import exp, total
 from ._common import ADV_SEQ_OR_TOKEN, MASK, SAMPLER_LOGPROBS, positions, require, seq_output
 from ._registry import Input, Output, Param, formula
 
@@ -46,11 +47,11 @@ SEQ_KEEP = Output("seq_keep", ("B",), kind="bool", doc="true where sequence i is
 def mean_log_ratio(num_row, den_row, ts):
     """(1/L_i) sum_{t in ts} (num_t - den_t), L_i = len(ts); 0 for an empty sequence.
 
-    Summed exactly (mp.fsum) and rounded once, so the value does not depend on token order.
+    Summed at the working precision.
     """
     if not ts:
         return mpf(0)
-    return mp.fsum(num_row[t] - den_row[t] for t in ts) / len(ts)
+    return total(num_row[t] - den_row[t] for t in ts) / len(ts)
 
 
 def geometric_keep(g, lower, upper):
@@ -71,7 +72,7 @@ def sequence_advantage(adv, ts):
         return adv
     if not ts:
         return mpf(0)
-    return mp.fsum(adv[t] for t in ts) / len(ts)
+    return total(adv[t] for t in ts) / len(ts)
 
 
 def opsm_keep(advantage, kappa, delta):
@@ -154,7 +155,7 @@ def geometric_sequence(old_logprobs, logprobs, sampler_logprobs, mask, *, numera
             f"{fid}: input {other!r} was given but parameter numerator={numerator!r} does not use it; "
             f"pass numerator={other!r} to use it, or leave it out")
     num = given[numerator]
-    g = [mp.exp(mean_log_ratio(num[i], sampler_logprobs[i], positions(row))) for i, row in enumerate(mask)]
+    g = [exp(mean_log_ratio(num[i], sampler_logprobs[i], positions(row))) for i, row in enumerate(mask)]
     keep = [geometric_keep(x, lower, upper) for x in g]
     return {"seq_keep": keep, "keep": _broadcast(mask, keep), "seq_ratio": g}
 
