@@ -125,3 +125,34 @@ def test_coverage_per_formula():
             if not {8192, 32768} <= sizes:
                 problems.append(f"{fid}: scale cases at 8192 and 32768 tokens missing (have {sorted(sizes)})")
     assert not problems, "\n".join(problems)
+
+
+def test_the_documented_20_line_consumer_reads_the_files():
+    """spec/golden-format.md's plain-Python consumer checks a float64 ratio.token against ratio.json."""
+    import math
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "spec" / "golden-format.md").read_text()
+    code = re.search(r"## A consumer in 20 lines.*?```python\n(.*?)```", text, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 22
+    namespace = {}
+    exec(code, namespace)
+
+    def token_ratio(inputs, params):
+        c = params.get("log_ratio_clamp")
+        c = None if c is None else float(c)
+        out = []
+        for lp_row, old_row, m_row in zip(inputs["logprobs"], inputs["old_logprobs"], inputs["mask"]):
+            d = [lp - old if m else 0.0 for lp, old, m in zip(lp_row, old_row, m_row)]
+            out.append([math.exp(x if c is None else max(-c, min(c, x))) for x in d])
+        return {"ratio": out}
+
+    namespace["check"](str(golden.GOLDEN_DIR / "ratio.json"), "ratio.token", token_ratio)
+
+    def wrong(inputs, params):  # the consumer must be able to fail
+        good = token_ratio(inputs, params)["ratio"]
+        return {"ratio": [[x * (1 + 1e-12) for x in row] for row in good]}
+
+    with pytest.raises(AssertionError):
+        namespace["check"](str(golden.GOLDEN_DIR / "ratio.json"), "ratio.token", wrong)
