@@ -40,8 +40,9 @@ def generate_inputs(spec: dict) -> dict:
     sampler_logprobs (when requested, in that order) j = below(7) - 3 and the value
     -(1 + m'/128) 2^-e with m' = min(max(m + j, 0), 127); then for ref_logprobs j = below(9) - 4
     likewise.  Then per sequence: advantages = (below(17) - 8) / 8, rewards = below(2).
-    mask[b][t] = t < lengths[b]; group_ids[b] = b mod groups.  Positions outside the mask still get
-    values (they are excluded by the mask).
+    mask[b][t] = t < lengths[b]; group_ids[b] = b mod groups; document_ids[b][t] =
+    b * documents + (t * documents) // T (each row cut into `documents` contiguous spans, ids global
+    across the batch).  Positions outside the mask still get values (they are excluded by the mask).
     """
     rng = SplitMix64(spec["seed"])
     B, T = spec["B"], spec["T"]
@@ -73,4 +74,7 @@ def generate_inputs(spec: dict) -> dict:
     if "group_ids" in fields:
         groups = spec.get("groups") or 1
         out["group_ids"] = [b % groups for b in range(B)]
+    if "document_ids" in fields:
+        docs = spec.get("documents") or 1
+        out["document_ids"] = [[b * docs + (t * docs) // T for t in range(T)] for b in range(B)]
     return out

@@ -168,6 +168,38 @@ def family_of(case: Case) -> str:
     return REGISTRY[case.formula].family
 
 
+def _jobs() -> int:
+    """Worker processes for generation: PGSPEC_JOBS, else the CPU count (at most 8)."""
+    import os
+
+    value = os.environ.get("PGSPEC_JOBS")
+    if value:
+        return max(1, int(value))
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def _generate_records(cases: list) -> list:
+    """generate_case over ``cases`` in worker processes; the result order is the cases' order, and
+    each record depends only on its case, so the bytes do not depend on the number of workers."""
+    jobs = _jobs()
+    if jobs == 1 or len(cases) < 2:
+        return [generate_case(c) for c in cases]
+    import multiprocessing
+
+    # the long scale cases first, so that both workers stay busy to the end
+    order = sorted(range(len(cases)), key=lambda k: -_weight(cases[k]))
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        done = pool.map(generate_case, [cases[k] for k in order], chunksize=1)
+    records = [None] * len(cases)
+    for k, record in zip(order, done):
+        records[k] = record
+    return records
+
+
+def _weight(case: Case) -> int:
+    return case.inputs.B * case.inputs.T if isinstance(case.inputs, Generated) else 1
+
+
 def generate_all(families=None) -> dict[str, bytes]:
     """Every family file's bytes, generated from the case definitions and the reference."""
     by_family: dict[str, list] = {}
@@ -175,13 +207,15 @@ def generate_all(families=None) -> dict[str, bytes]:
         fam = family_of(case)
         if families is None or fam in families:
             by_family.setdefault(fam, []).append(case)
+    ordered = [c for _, cases in sorted(by_family.items()) for c in cases]
+    records = iter(_generate_records(ordered))
     files = {}
     for fam, cases in sorted(by_family.items()):
         doc = {
             "format": FORMAT,
             "family": fam,
             "generator": {"pgspec": pgspec_version(), "mpmath": mpmath.__version__, "dps": DPS, "digits": DIGITS},
-            "cases": [generate_case(c) for c in cases],
+            "cases": [next(records) for _ in cases],
         }
         files[f"{fam}.json"] = (json.dumps(doc, indent=1, ensure_ascii=True) + "\n").encode()
     return files

@@ -30,6 +30,7 @@ class Generated:
     fields: tuple
     lengths: tuple | None = None
     groups: int | None = None   # number of prompt groups for group_ids (sequences assigned round-robin)
+    documents: int | None = None  # documents per row for document_ids (contiguous, equal spans)
 
     def to_json(self):
         return {
@@ -40,6 +41,7 @@ class Generated:
             "fields": list(self.fields),
             "lengths": list(self.lengths) if self.lengths is not None else None,
             "groups": self.groups,
+            "documents": self.documents,
         }
 
 

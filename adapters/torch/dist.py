@@ -1,0 +1,165 @@
+"""dist.* in PyTorch (spec/dist.md): the shards are made the way a distributed implementation makes
+them, then reduced.
+
+- ``dist.cp_split``: the zig-zag owner map of every token (-1 at masked positions).
+- ``dist.cp_reduce``: each CP rank's local tensors are gathered from the batch (its tokens, packed
+  to the left of a narrower padded row, as a rank holds only its own chunks), the aggregator runs
+  on them with the whole batch's denominators, and the rank partials are stacked (what a SUM
+  all-reduce of the rank losses adds up).
+- ``dist.accumulate``: the batch is sliced into micro-batches of rows; each runs the aggregator with
+  the accumulation window's denominators (``contributions``) or with its own, divided by M
+  (``naive``).
+- ``dist.sdp_segment``: each SDP rank holds a contiguous slice of every row and forms its
+  1/N_s-weighted partial sum per segment; the partials are summed (the all-reduce).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import agg as A
+from .agg import param
+
+
+# Context-parallel zig-zag split ------------------------------------------------------------------
+def owner_map(mask, cp_size, layout, ownership, sequence_lengths=None):
+    """(rank [B,T], chunk [B,T], chunk_size [B]) as long tensors; -1 at masked positions."""
+    B, T = mask.shape
+    dev = mask.device
+    pos = torch.arange(T, device=dev)
+    if sequence_lengths is None:   # 1 + the last unmasked position (0 for an empty row)
+        n = torch.where(mask, pos + 1, torch.zeros_like(pos)).amax(-1) if T else torch.zeros(B, dtype=torch.long,
+                                                                                              device=dev)
+    else:
+        n = torch.as_tensor(sequence_lengths, dtype=torch.long, device=dev)
+    two_c = 2 * cp_size
+    if layout == "thd":
+        c = (n + two_c - 1) // two_c
+    else:
+        c = torch.full((B,), (T + two_c - 1) // two_c, dtype=torch.long, device=dev)
+    p = pos - 1 if ownership == "logit" else pos
+    if ownership == "logit" and T and bool(mask[:, 0].any()):
+        raise ValueError("dist.cp_split: ownership='logit' and an unmasked position 0 (it has no logit)")
+    k = p.unsqueeze(0) // c.clamp(min=1).unsqueeze(-1)
+    rank = torch.where(k < cp_size, k, two_c - 1 - k)
+    minus = torch.full_like(rank, -1)
+    return torch.where(mask, rank, minus), torch.where(mask, k, minus), c
+
+
+def _cp_args(params, fid):
+    return (param(fid, params, "cp_size"), param(fid, params, "layout"), param(fid, params, "ownership"),
+            param(fid, params, "sequence_lengths"))
+
+
+def cp_split(inputs, params):
+    mask = inputs["mask"]
+    cp_size = param("dist.cp_split", params, "cp_size")
+    rank, chunk, c = owner_map(mask, *_cp_args(params, "dist.cp_split"))
+    return {"rank": rank, "chunk": chunk, "chunk_size": c,
+            "tokens_per_rank": torch.bincount(rank[mask], minlength=cp_size)}
+
+
+def gather_rank(inputs, params, selected):
+    """A shard's local tensors: for each row the positions where ``selected`` is true, packed to the
+    left of a row of width max_i |selected_i|; the rest is padding with a false mask.  Per-sequence
+    inputs and parameters stay as they are; per-token ones ([B, T] tensors) are gathered."""
+    B, T = selected.shape
+    pos = torch.arange(T, device=selected.device)
+    # selected positions first (in order), then the others
+    order = torch.argsort(torch.where(selected, pos, pos + T), dim=-1)
+    counts = selected.sum(-1)
+    width = int(counts.max()) if B else 0
+    idx = order[:, :width]
+    local_mask = torch.arange(width, device=selected.device).unsqueeze(0) < counts.unsqueeze(-1)
+
+    def take(x):
+        if isinstance(x, torch.Tensor) and x.dim() == 2 and tuple(x.shape) == (B, T):
+            return x.gather(1, idx)
+        return x
+
+    local = {name: take(x) for name, x in inputs.items()}
+    local["mask"] = local_mask
+    return local, {name: take(x) for name, x in params.items()}
+
+
+def _aggregator(params):
+    aggregator = param("dist.cp_reduce", params, "aggregator")
+    return aggregator, dict(params.get("agg_params") or {})
+
+
+def cp_reduce(inputs, params):
+    fid = "dist.cp_reduce"
+    aggregator, agg_params = _aggregator(params)
+    fn = A.IMPLEMENTATIONS[aggregator]
+    mask = inputs["mask"]
+    cp_size = param(fid, params, "cp_size")
+    rank, _, _ = owner_map(mask, *_cp_args(params, fid))
+    full = A.full_denominators(aggregator, inputs, agg_params)
+    partials = []
+    for r in range(cp_size):
+        local_inputs, local_params = gather_rank(inputs, full, mask & (rank == r))
+        partials.append(fn(local_inputs, local_params)["value"])
+    return {"partials": torch.stack(partials), "unsharded": fn(inputs, agg_params)["value"]}
+
+
+# Micro-batch accumulation ------------------------------------------------------------------------
+def _rows(x, start, stop, B):
+    """Rows start:stop of a per-sequence or per-token tensor (or list); scalars unchanged."""
+    if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] == B:
+        return x[start:stop]
+    if isinstance(x, list) and len(x) == B:
+        return x[start:stop]
+    return x
+
+
+def accumulate(inputs, params):
+    aggregator, agg_params = _aggregator(params)
+    fn = A.IMPLEMENTATIONS[aggregator]
+    B = inputs["mask"].shape[0]
+    sizes = params.get("micro_batch_sizes") or [1] * B
+    M = len(sizes)
+    full = A.full_denominators(aggregator, inputs, agg_params)
+    local = dict(agg_params, **{name: None for name in A.DENOMINATOR_PARAMS[aggregator]})
+    contributions, naive = [], []
+    start = 0
+    for s in sizes:
+        sub = {name: _rows(x, start, start + s, B) for name, x in inputs.items()}
+        contributions.append(fn(sub, {k: _rows(x, start, start + s, B) for k, x in full.items()})["value"])
+        naive.append(fn(sub, local)["value"] / M)
+        start += s
+    contributions, naive = torch.stack(contributions), torch.stack(naive)
+    return {"contributions": contributions, "total": contributions.sum(),
+            "naive_contributions": naive, "naive": naive.sum()}
+
+
+# Fast-LLM sequence-data-parallel segment sums ----------------------------------------------------
+def sdp_segment(inputs, params):
+    lp, old, mask, docs = inputs["logprobs"], inputs["old_logprobs"], inputs["mask"], inputs["document_ids"]
+    S = param("dist.sdp_segment", params, "sdp_size")
+    B, T = mask.shape
+    width = -(-T // S)
+    # global segment ids and token counts N_s (Fast-LLM's label_counts), known to every rank
+    ids, inv = torch.unique(docs[mask], sorted=True, return_inverse=True)
+    K = ids.numel()
+    N = torch.bincount(inv, minlength=K).to(lp.dtype)
+    partials = []
+    for r in range(S):
+        sl = slice(r * width, (r + 1) * width)
+        m = mask[:, sl]
+        d = (lp[:, sl] - old[:, sl])[m]
+        seg = torch.searchsorted(ids, docs[:, sl][m])
+        partials.append(torch.zeros(K, dtype=lp.dtype, device=lp.device).index_add(0, seg, d) / N)
+    partials = torch.stack(partials)
+    log_ratio = partials.sum(0)               # the SUM all-reduce over the SDP group
+    pos = torch.arange(T, device=mask.device)
+    rank = torch.where(mask, (pos // max(width, 1)).expand(B, T), torch.full((B, T), -1, device=mask.device))
+    return {"segment_ids": ids, "rank": rank, "partials": partials, "log_ratio": log_ratio,
+            "ratio": torch.exp(log_ratio)}
+
+
+IMPLEMENTATIONS = {
+    "dist.cp_split": cp_split,
+    "dist.cp_reduce": cp_reduce,
+    "dist.accumulate": accumulate,
+    "dist.sdp_segment": sdp_segment,
+}

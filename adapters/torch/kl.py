@@ -1,0 +1,133 @@
+"""kl.* in PyTorch (spec/kl.md).
+
+Every estimator is a function of the reference log-ratio x = l_ref - l, taken at unmasked positions
+only (masked ones are selected away with torch.where, so NaN/inf there cannot leak).  Clamps are
+torch.clamp (derivative 1 on the closed interval, 0 outside), with either bound optional.
+
+k3 = e^x - 1 - x is computed as expm1(x) - x, as spec/kl.md recommends (exp(x) - 1 - x cancels
+for small |x|).  kl.k3_unbiased needs one more step: differentiated term by term, the gradient of
+w k3(x) (w = e^(l - l_old)) is w k3(x) - w (e^x - 1), two numbers of size w e^x whose difference is
+-w x, so autograd would lose every digit at x = 20.  Its backward is therefore written in closed
+form (a small autograd.Function), as the reference does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pgspec.reference import REGISTRY
+
+
+def _param(params, fid, name):
+    """A parameter by its spec name, defaulting to the reference registry's default."""
+    if name in params:
+        value = params[name]
+    else:
+        value = next(p.default for p in REGISTRY[fid].params if p.name == name)
+    if value is None or isinstance(value, bool):
+        return value
+    return float(value)
+
+
+def log_ratio(inputs):
+    """x = l_ref - l at unmasked positions, 0 elsewhere."""
+    x = inputs["ref_logprobs"] - inputs["logprobs"]
+    return torch.where(inputs["mask"], x, torch.zeros_like(x))
+
+
+def _clamp(y, lo, hi):
+    if lo is None and hi is None:
+        return y
+    return torch.clamp(y, min=lo, max=hi)
+
+
+def k1(x):
+    return -x
+
+
+def k2(x):
+    return 0.5 * x * x
+
+
+def k3(x):
+    """e^x - 1 - x as expm1(x) - x."""
+    return torch.expm1(x) - x
+
+
+def k_abs(x):
+    return torch.abs(x)
+
+
+ESTIMATORS = {"kl.k1": k1, "kl.k2": k2, "kl.k3": k3, "kl.abs": k_abs}
+
+
+def _bounds(fid, params):
+    return tuple(_param(params, fid, n) for n in ("log_ratio_min", "log_ratio_max", "output_min", "output_max"))
+
+
+def clamped_estimate(k, x, a, b, c, d):
+    """clip(k(clip(x, a, b)), c, d)."""
+    return _clamp(k(_clamp(x, a, b)), c, d)
+
+
+def _estimator(fid):
+    def run(inputs, params):
+        a, b, c, d = _bounds(fid, params)
+        return {"kl": clamped_estimate(ESTIMATORS[fid], log_ratio(inputs), a, b, c, d)}
+
+    run.__name__ = fid.replace(".", "_")
+    return run
+
+
+def k3_straight_through(inputs, params):
+    """sg[clip(k3(clip(x, a, b)), c, d)] + k2(x) - sg[k2(x)] (verl's k3+)."""
+    a, b, c, d = _bounds("kl.k3_straight_through", params)
+    x = log_ratio(inputs)
+    value = clamped_estimate(k3, x, a, b, c, d)
+    score = k2(x)
+    return {"kl": score - score.detach() + value.detach()}
+
+
+class _ImportanceWeightedK3(torch.autograd.Function):
+    """y = w k3(clip(x, a, b)), w = exp(l - l_old), x = l_ref - l; dy/dl = -w x inside [a, b], and
+    outside it 0 (w stopped, sg_ratio_where_clamped) or y (w live)."""
+
+    @staticmethod
+    def forward(ctx, logprobs, old_logprobs, ref_logprobs, a, b, sg_ratio_where_clamped):
+        w = torch.exp(logprobs - old_logprobs)
+        x = ref_logprobs - logprobs
+        xc = _clamp(x, a, b)
+        y = w * k3(xc)
+        inside = xc == x
+        grad = torch.where(inside, -(w * x), torch.zeros_like(y) if sg_ratio_where_clamped else y)
+        ctx.save_for_backward(grad)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (grad,) = ctx.saved_tensors
+        return g * grad, None, None, None, None, None
+
+
+def k3_unbiased(inputs, params):
+    """clip(w k3(clip(x, a, b)), c, d) with w = exp(l - l_old) differentiated (DeepSeek-V3.2 Eq. 7)."""
+    fid = "kl.k3_unbiased"
+    a, b, c, d = _bounds(fid, params)
+    m = inputs["mask"]
+    lp = inputs["logprobs"]
+    zero = torch.zeros_like(lp)
+    lp = torch.where(m, lp, zero)
+    old = torch.where(m, inputs["old_logprobs"], zero)
+    ref = torch.where(m, inputs["ref_logprobs"], zero)
+    y = _ImportanceWeightedK3.apply(lp, old, ref, a, b, bool(_param(params, fid, "sg_ratio_where_clamped")))
+    return {"kl": _clamp(y, c, d)}
+
+
+IMPLEMENTATIONS = {
+    "kl.k1": _estimator("kl.k1"),
+    "kl.k2": _estimator("kl.k2"),
+    "kl.k3": _estimator("kl.k3"),
+    "kl.abs": _estimator("kl.abs"),
+    "kl.k3_straight_through": k3_straight_through,
+    "kl.k3_unbiased": k3_unbiased,
+}

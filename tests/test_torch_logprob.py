@@ -1,0 +1,108 @@
+"""The built-in torch backend on the logprob golden cases, and broken variants the cases must catch."""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+
+import pytest
+import torch
+
+from pgspec.adapters.base import Adapter
+from pgspec.adapters.torch import logprob as torch_logprob
+from pgspec.conformance import runner
+
+IDS = ("logprob.token", "logprob.entropy")
+
+
+@functools.cache
+def family_cases():
+    """The family's cases from the shared golden corpus, loaded (and schema-checked) once."""
+    return tuple(runner.select_cases("logprob.*"))
+
+
+def run(adapter, globs, dtype):
+    """{case id: result} for the family's cases matching any of the comma-separated globs."""
+    chosen = [c for c in family_cases()
+              if any(fnmatch.fnmatchcase(c["id"], g) or c["formula"] == g for g in globs.split(","))]
+    assert chosen, globs
+    return {c["id"]: runner.run_case(adapter, c, dtype, "cpu") for c in chosen}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_torch_backend_passes_every_logprob_case(dtype):
+    results = run(runner.load_adapter("torch"), "logprob.*", dtype)
+    assert {r.formula for r in results.values()} == set(IDS)
+    bad = [(cid, r.outcome, r.message[:300]) for cid, r in results.items() if r.outcome != "pass"]
+    assert not bad, bad
+    # every case compares something (all-masked rows still compare their zero gradients)
+    assert all(r.compared > 0 for r in results.values())
+
+
+def _plain_transform(inputs, params):
+    z = torch.where(inputs["mask"].unsqueeze(-1), inputs["logits"], torch.zeros((), dtype=inputs["logits"].dtype))
+    z = z * float(params.get("logit_scale", 1))
+    if params.get("softcap") is not None:
+        c = float(params["softcap"])
+        z = c * torch.tanh(z / c)   # autograd: 1 - tanh^2, which cancels at saturation
+    return z / float(params.get("temperature", 1))
+
+
+def log_softmax_token(inputs, params):
+    """torch.log_softmax: log(1 + S) from the rounded 1 + S loses log p of a nearly certain token."""
+    y = torch.where(inputs["mask"], inputs["targets"], torch.zeros_like(inputs["targets"]))
+    lp = torch.log_softmax(_plain_transform(inputs, params), -1)
+    return {"logprobs": lp.gather(-1, y.unsqueeze(-1)).squeeze(-1)}
+
+
+def p_log_p_entropy(inputs, params):
+    lp = torch.log_softmax(_plain_transform(inputs, params), -1)
+    return {"entropy": -(lp.exp() * lp).sum(-1)}
+
+
+def multiply_by_mask_token(inputs, params):
+    """Masks multiplied in: NaN * 0 = NaN reaches the masked row (and inf * 0 its gradient)."""
+    m = inputs["mask"]
+    logits = inputs["logits"] * m.unsqueeze(-1)
+    targets = torch.where(m, inputs["targets"], torch.zeros_like(inputs["targets"]))
+    out = torch_logprob.token({"logits": logits, "targets": targets, "mask": torch.ones_like(m)}, params)
+    return out
+
+
+def broken(name, impls):
+    return Adapter(name=name, framework="broken variant", version="0", implementations=impls)
+
+
+def test_log_softmax_is_caught_at_large_logit_gaps():
+    adapter = broken("log_softmax", {"logprob.token": log_softmax_token, "logprob.entropy": p_log_p_entropy})
+    chosen = "logprob.*/gap-20,logprob.*/gap-200,logprob.*/two-way,logprob.*/softcap-saturated"
+    for dtype in ("float64", "float32"):
+        results = run(adapter, chosen, dtype)
+        assert results["logprob.token/gap-20"].outcome == "fail"
+        assert results["logprob.entropy/gap-20"].outcome == "fail"
+        assert results["logprob.token/two-way"].outcome == "pass"
+    results = run(adapter, chosen, "float64")
+    # the softcap's derivative 1 - tanh^2 is exactly 0 where the reference has sech^2(200) = 5.6e-174
+    assert results["logprob.token/softcap-saturated"].outcome == "fail"
+    assert results["logprob.entropy/gap-200"].outcome == "fail"
+
+
+def test_multiply_by_mask_is_caught_on_the_nan_case():
+    adapter = broken("multiply_by_mask", {"logprob.token": multiply_by_mask_token})
+    results = run(adapter, "logprob.token/masked-nan-inf,logprob.token/padded-batch", "float64")
+    r = results["logprob.token/masked-nan-inf"]
+    assert r.outcome == "fail" and r.error_ratio == float("inf")
+    assert results["logprob.token/padded-batch"].outcome == "pass"
+
+
+def test_temperature_before_softcap_is_caught():
+    def wrong_order(inputs, params):
+        p = dict(params)
+        T = float(p.pop("temperature", 1))
+        s = float(p.pop("logit_scale", 1))
+        # temperature folded into the scale: softcap(s z / T) instead of softcap(s z) / T
+        return torch_logprob.token(inputs, {**p, "logit_scale": s / T})
+
+    results = run(broken("wrong_order", {"logprob.token": wrong_order}), "logprob.token", "float64")
+    assert results["logprob.token/softcap-after-scale-before-temperature"].outcome == "fail"
+    assert results["logprob.token/temperature"].outcome == "pass"   # no softcap: the orders agree
