@@ -24,6 +24,12 @@ BAD_OUTCOMES = ("fail", "error", "stale-deviation")
 
 BUILTIN_ADAPTERS = {
     "torch": "pgspec.adapters.torch:make_adapter",
+    "trl": "pgspec.adapters.trl:make_adapter",
+    "liger": "pgspec.adapters.liger:make_adapter",
+    "verl": "pgspec.adapters.verl:make_adapter",
+    "openrlhf": "pgspec.adapters.openrlhf:make_adapter",
+    "skyrl": "pgspec.adapters.skyrl:make_adapter",
+    "areal": "pgspec.adapters.areal:make_adapter",
 }
 
 

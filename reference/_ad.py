@@ -247,12 +247,17 @@ def _tie(a, b):
 
 
 def clip(x, lo=None, hi=None):
-    """clip(x, lo, hi) = min(max(x, lo), hi); derivative 1 on the closed interval [lo, hi]."""
+    """clip(x, lo, hi) = min(max(x, lo), hi); derivative 1 on the closed interval [lo, hi].
+
+    When a Var is clipped the result is the bound with no derivative; it stays a (parentless) Var
+    whose rounding is |bound|, because an implementation holds the bound rounded to its dtype
+    (1 + 0.28, or log(1e-8), are not binary numbers) and later operations amplify that error.
+    """
     v = value_of(x)
-    if lo is not None and v < value_of(lo):
-        return value_of(lo)
-    if hi is not None and v > value_of(hi):
-        return value_of(hi)
+    for bound, outside in ((lo, lo is not None and v < value_of(lo)), (hi, hi is not None and v > value_of(hi))):
+        if outside:
+            b = value_of(bound)
+            return Var(b, (), rounding=abs(b)) if isinstance(x, Var) else b
     return x
 
 
