@@ -83,7 +83,12 @@ def _run(args) -> int:
         console.print(f"pgspec run: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
         return 2
     try:
-        adapter = runner.load_adapter(args.adapter)
+        if args.python:
+            from .isolated import IsolatedAdapter
+
+            adapter = IsolatedAdapter(args.python, args.adapter, timeout=args.case_timeout)
+        else:
+            adapter = runner.load_adapter(args.adapter)
         ok, why = adapter.available()
         if not ok:
             console.print(f"pgspec run: adapter {args.adapter!r} is not available: {why}")
@@ -100,10 +105,16 @@ def _run(args) -> int:
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
         task = progress.add_task(f"{adapter.name} on {args.device}", total=len(cases) * len(dtypes))
+        isolated = getattr(adapter, "run_case", None)
         for dtype in dtypes:
             for case in cases:
-                summary.results.append(runner.run_case(adapter, case, dtype, args.device))
+                if isolated is not None:
+                    summary.results.append(isolated(case, dtype, args.device))
+                else:
+                    summary.results.append(runner.run_case(adapter, case, dtype, args.device))
                 progress.advance(task)
+        if isolated is not None:
+            adapter.close()
     report.print_matrix(summary, adapter, args.device, dtypes)
     for spec in args.report or []:
         kind, _, path = spec.partition(":")
@@ -149,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dtype", default="float64,float32,bfloat16", help="comma-separated dtypes")
     r.add_argument("--formulas", default="*", metavar="GLOB", help="formula or case ID globs, comma-separated")
     r.add_argument("--report", action="append", metavar="KIND:PATH", help="json:PATH, md:PATH or html:PATH (repeatable)")
+    r.add_argument("--python", metavar="PATH", default=None,
+                   help="run the adapter in this other interpreter (its own venv) over a JSON-lines protocol")
+    r.add_argument("--case-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="with --python: a case that takes longer becomes an error outcome (default 300)")
     r.set_defaults(func=_run)
     a = sub.add_parser("adapters", help="list adapters with availability and version")
     a.set_defaults(func=_adapters)

@@ -1,0 +1,273 @@
+"""Process-isolated adapters: run an adapter in another Python interpreter over JSON lines.
+
+``pgspec run --adapter NAME --python OTHER/bin/python`` starts ``OTHER/bin/python -m
+pgspec.conformance.isolated --adapter NAME`` (the *worker*) and talks to it one request per line
+on its stdin, one response per line on its stdout.  Each framework can thus live in its own
+environment with its own pins (torch, ray, transformers, ...); the worker's environment needs
+torch, mpmath and the framework, and pgspec itself is made importable from this process's copy
+when the worker's interpreter does not have it.
+
+Protocol (``pgspec-worker/1``), every message one JSON object on one line:
+
+    -> {"op": "hello"}
+    <- {"ok": true, "protocol": "pgspec-worker/1", "adapter": {"name", "framework", "version",
+        "devices", "dtypes", "capabilities", "deviations", "available", "why"}}
+    -> {"op": "run", "case": <a golden case object>, "dtype": "float32", "device": "cpu"}
+    <- {"ok": true, "result": <CaseResult as JSON>}
+    -> {"op": "exit"}
+
+A response with "ok": false carries "error" (a traceback).  The parent gives each case a timeout;
+a worker that crashes, hangs or answers garbage is killed, its case becomes an ``error`` outcome
+with what it printed on stderr, and a fresh worker takes the remaining cases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+
+PROTOCOL = "pgspec-worker/1"
+DEFAULT_TIMEOUT = 300.0
+STARTUP_TIMEOUT = 300.0
+
+
+# worker side -----------------------------------------------------------------------------------
+
+def worker_main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pgspec.conformance.isolated")
+    parser.add_argument("--adapter", required=True)
+    args = parser.parse_args(argv)
+    # The protocol owns the real stdout; anything a framework prints goes to stderr.
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    adapter = None
+    load_error = None
+    try:
+        from pgspec.conformance import runner
+
+        adapter = runner.load_adapter(args.adapter)
+    except Exception:  # noqa: BLE001 - reported to the parent
+        load_error = traceback.format_exc()
+
+    def send(obj):
+        proto.write(json.dumps(obj) + "\n")
+        proto.flush()
+
+    for line in sys.stdin:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            send({"ok": False, "error": f"not JSON: {line[:200]!r}"})
+            continue
+        op = msg.get("op")
+        if op == "exit":
+            break
+        if load_error is not None:
+            send({"ok": False, "error": load_error})
+            continue
+        try:
+            if op == "hello":
+                ok, why = adapter.available()
+                send({"ok": True, "protocol": PROTOCOL, "adapter": {
+                    "name": adapter.name, "framework": adapter.framework, "version": adapter.version,
+                    "devices": list(adapter.devices), "dtypes": list(adapter.dtypes),
+                    "capabilities": sorted(adapter.capabilities()),
+                    "deviations": [d.__dict__ | {"dtypes": list(d.dtypes)} for d in adapter.deviations],
+                    "available": ok, "why": why}})
+            elif op == "run":
+                result = runner.run_case(adapter, msg["case"], msg["dtype"], msg["device"])
+                send({"ok": True, "result": result.to_json()})
+            else:
+                send({"ok": False, "error": f"unknown op {op!r}"})
+        except Exception:  # noqa: BLE001 - reported to the parent
+            send({"ok": False, "error": traceback.format_exc()})
+    return 0
+
+
+# parent side -----------------------------------------------------------------------------------
+
+def _pgspec_path_dir() -> str:
+    """A directory whose ``pgspec/`` maps to this process's pgspec subpackages (symlinks), for a
+    worker interpreter that does not have pgspec installed."""
+    import pgspec.adapters
+    import pgspec.conformance
+    import pgspec.reference
+    import pgspec.spec
+
+    root = Path(tempfile.mkdtemp(prefix="pgspec-worker-path-"))
+    (root / "pgspec").mkdir()
+    for name, module in (("reference", pgspec.reference), ("conformance", pgspec.conformance),
+                         ("adapters", pgspec.adapters), ("spec", pgspec.spec)):
+        (root / "pgspec" / name).symlink_to(Path(list(module.__path__)[0]).resolve(), target_is_directory=True)
+    return str(root)
+
+
+class Worker:
+    """One worker process with a reader thread, so that every read can time out."""
+
+    def __init__(self, python: str, adapter: str, env: dict):
+        self.proc = subprocess.Popen(
+            [python, "-m", "pgspec.conformance.isolated", "--adapter", adapter],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1,
+        )
+        self.lines: queue.Queue = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True).start()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _pump(self, stream, q):
+        for line in stream:
+            q.put(line)
+        q.put(None)
+
+    def _drain(self):
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+            del self.stderr[:-200]
+
+    def request(self, obj: dict, timeout: float) -> dict:
+        try:
+            self.proc.stdin.write(json.dumps(obj) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerDied(self._tail("the worker exited before the request")) from None
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise WorkerDied(self._tail(f"no answer within {timeout:g} s: the worker was killed")) from None
+        if line is None:
+            self.proc.wait(timeout=5)
+            raise WorkerDied(self._tail(f"the worker exited with code {self.proc.returncode}"))
+        try:
+            return json.loads(line)
+        except ValueError:
+            self.kill()
+            raise WorkerDied(self._tail(f"the worker answered something that is not JSON: {line[:200]!r}")) from None
+
+    def _tail(self, what: str) -> str:
+        return what + ("\nworker stderr (last lines):\n" + "".join(self.stderr[-30:]) if self.stderr else "")
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=10)
+            except Exception:  # noqa: BLE001
+                self.kill()
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class IsolatedAdapter:
+    """An adapter living in another interpreter; quacks like base.Adapter for the runner and CLI."""
+
+    def __init__(self, python: str, adapter: str, timeout: float = DEFAULT_TIMEOUT):
+        from pgspec.adapters.base import Deviation
+
+        from .runner import RunError
+
+        if not Path(python).exists():
+            raise RunError(f"--python: {python} does not exist")
+        self.python = python
+        self.adapter_name = adapter
+        self.timeout = timeout
+        env = dict(os.environ)
+        probe = subprocess.run([python, "-c", "import pgspec.conformance.isolated"], capture_output=True, env=env)
+        if probe.returncode != 0:
+            env["PYTHONPATH"] = _pgspec_path_dir() + os.pathsep + env.get("PYTHONPATH", "")
+        self.env = env
+        self.worker = None
+        hello = self._request({"op": "hello"}, timeout=STARTUP_TIMEOUT)
+        if not hello.get("ok"):
+            raise RunError(f"adapter {adapter!r} in {python}: the worker could not load it:\n{hello.get('error', '')}")
+        info = hello["adapter"]
+        self.name = info["name"]
+        self.framework = info["framework"]
+        self.version = info["version"] + f" (isolated: {python})"
+        self.devices = tuple(info["devices"])
+        self.dtypes = tuple(info["dtypes"])
+        self._capabilities = set(info["capabilities"])
+        self.deviations = [Deviation(d["id"], d["kind"], d["reason"], d["link"], tuple(d["dtypes"])) for d in info["deviations"]]
+        self._available = (info["available"], info["why"])
+        self.implementations = {fid: None for fid in self._capabilities}
+
+    def _request(self, obj, timeout):
+        try:
+            if self.worker is None or self.worker.proc.poll() is not None:
+                # a fresh worker imports torch and the framework: that start-up is not the case's time
+                self.worker = Worker(self.python, self.adapter_name, self.env)
+                if obj.get("op") != "hello":
+                    self.worker.request({"op": "hello"}, STARTUP_TIMEOUT)
+            return self.worker.request(obj, timeout)
+        except WorkerDied:
+            self.worker = None
+            raise
+
+    def capabilities(self):
+        return set(self._capabilities)
+
+    def available(self):
+        return self._available
+
+    def device_available(self, device):
+        if device not in self.devices:
+            return False, f"adapter {self.name!r} supports devices {', '.join(self.devices)}, not {device!r}"
+        return True, ""
+
+    def deviation_for(self, case_id, formula_id, dtype):
+        for d in self.deviations:
+            if d.applies(case_id, formula_id, dtype):
+                return d
+        return None
+
+    def run_case(self, case: dict, dtype: str, device: str):
+        from pgspec.reference import REGISTRY
+
+        from .runner import CaseResult, _apply_deviation, repro_snippet
+
+        try:
+            answer = self._request({"op": "run", "case": case, "dtype": dtype, "device": device}, self.timeout)
+            if answer.get("ok"):
+                return CaseResult(**_from_json(answer["result"]))
+            message = answer.get("error", "the worker reported an error")
+        except WorkerDied as e:
+            message = str(e)
+        f = REGISTRY[case["formula"]]
+        result = CaseResult(self.name, self.version, device, dtype, case["id"], case["formula"], f.family,
+                            case["category"], "error", message=message)
+        result.repro = repro_snippet(self.adapter_name, case["id"], dtype, device)
+        return _apply_deviation(result, self.deviation_for(case["id"], case["formula"], dtype))
+
+    def close(self):
+        if self.worker is not None:
+            self.worker.close()
+
+
+def _from_json(d: dict) -> dict:
+    for k in ("error", "bound", "error_ratio"):
+        if isinstance(d.get(k), str):
+            d[k] = float(d[k])
+    return d
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())
