@@ -311,12 +311,38 @@ def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
         raise GoldenError(f"{path}: sha256 {actual} does not match the MANIFEST ({expected}); "
                           "golden files are only written by `pgspec golden generate`")
     doc = json.loads(data)
-    try:
-        jsonschema.validate(doc, _schema())
-    except jsonschema.ValidationError as e:
-        where = "/".join(str(p) for p in e.absolute_path)
-        raise GoldenError(f"{path}: does not match schema.json at {where or 'the top level'}: {e.message}") from None
+    marker = _validated_marker(actual)
+    if marker is None or not marker.exists():
+        try:
+            jsonschema.validate(doc, _schema())
+        except jsonschema.ValidationError as e:
+            where = "/".join(str(p) for p in e.absolute_path)
+            raise GoldenError(f"{path}: does not match schema.json at {where or 'the top level'}: {e.message}") from None
+        if marker is not None:
+            try:
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.touch()
+            except OSError:
+                pass  # a read-only cache only costs time
     return doc
+
+
+def _validated_marker(file_sha: str) -> Path | None:
+    """A cache entry saying: bytes with this sha256 were validated against this exact schema.
+
+    Sound because the sha256 identifies the bytes; it only saves re-validating the same file on
+    every run.  Kept under $PGSPEC_CACHE (default: $XDG_CACHE_HOME/pgspec or ~/.cache/pgspec);
+    PGSPEC_CACHE=off disables it.
+    """
+    import os
+
+    root = os.environ.get("PGSPEC_CACHE")
+    if root == "off":
+        return None
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pgspec")
+    schema_sha = hashlib.sha256(SCHEMA_PATH.read_bytes()).hexdigest()[:16]
+    return Path(root) / "validated" / f"{file_sha}-{schema_sha}"
 
 
 def load_all(directory: Path = GOLDEN_DIR) -> list[dict]:
