@@ -304,14 +304,21 @@ def backward(output, cotangent=1):
                 stack.append(p)
     for r in roots:
         grads[id(r)] = grads.get(id(r), 0) + cotangent
-    for n in sorted(nodes.values(), key=lambda n: n.order, reverse=True):
-        g = grads.get(id(n))
+    get = grads.get
+    for n in sorted(nodes.values(), key=_order, reverse=True):
+        g = get(id(n))
         if g is None or not n.parents:
             continue
         for p, d in n.parents:
             pid = id(p)
-            grads[pid] = grads.get(pid, 0) + g * d
+            contribution = g if type(d) is int and d == 1 else g * d  # the int 1 of total() and +, -
+            prev = get(pid)
+            grads[pid] = contribution if prev is None else prev + contribution
     return grads
+
+
+def _order(n):
+    return n.order
 
 
 def error_scales(output, leaves):

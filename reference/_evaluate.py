@@ -79,8 +79,11 @@ def check_params(f: Formula, params: dict | None) -> dict:
     out = {}
     for name, p in known.items():
         value = p.check(f.id, params.get(name, p.default))
-        # real parameters are exact decimals or floats: convert at the working precision
-        out[name] = mpf(value) if p.kind == "real" and value is not None else value
+        # A float parameter means its binary64 value (what strtod gives a JSON reader); a decimal
+        # string means that exact decimal.  Either is converted exactly at the working precision.
+        if p.kind == "real" and value is not None:
+            value = mpf(value)
+        out[name] = value
     return out
 
 
@@ -193,18 +196,26 @@ def _check_leaves(x, name, fid, pred, expected, path=()):
 
 
 def _to_mpf(x, name, fid, mask, path):
-    """Convert a nested list of numbers to mpf; positions where ``mask`` is false become None."""
-    if isinstance(x, (list, tuple)):
-        out = []
-        for k, item in enumerate(x):
-            sub_mask = mask
-            if mask is not None and len(path) < 2:
-                sub_mask = mask[k]
-            out.append(_to_mpf(item, name, fid, sub_mask, path + (k,)))
-        return out
-    where = "".join(f"[{i}]" for i in path)
+    """Convert a nested list of numbers to mpf; positions where ``mask`` is false become None.
+
+    ``mask`` is None (no mask), a nested list aligned with ``x`` (the [B, T] levels), or one bool
+    for the whole subtree (the vocabulary level of [B, T, V] logits).
+    """
+    if not isinstance(x, (list, tuple)):
+        return _leaf(x, name, fid, mask, path[:-1], path[-1] if path else None)
+    aligned = isinstance(mask, list)
+    if x and not isinstance(x[0], (list, tuple)):
+        return [_leaf(item, name, fid, mask[k] if aligned else mask, path, k) for k, item in enumerate(x)]
+    return [_to_mpf(item, name, fid, mask[k] if aligned else mask, path + (k,)) for k, item in enumerate(x)]
+
+
+def _leaf(x, name, fid, mask, path, k):
+    """One real input value (the element k of the list at ``path``); None where masked out."""
     if mask is False:
         return None  # excluded: never read by any formula
+    if type(x) is float and x == x and x not in (_INF, -_INF):
+        return mpf(x)  # the common case, exact
+    where = "".join(f"[{i}]" for i in path + ((k,) if k is not None else ()))
     if isinstance(x, bool) or not isinstance(x, (int, float, str, mpf)):
         raise SpecError(f"{fid}: input {name}{where} must be a real number (int, float or decimal string), got {x!r}")
     try:
@@ -215,6 +226,9 @@ def _to_mpf(x, name, fid, mask, path):
         allowed = " (NaN and +-inf are allowed only where the mask is false)" if mask is not None else ""
         raise SpecError(f"{fid}: input {name}{where} must be finite{allowed}, got {x!r}")
     return v
+
+
+_INF = float("inf")
 
 
 def _make_leaves(x):
