@@ -213,8 +213,15 @@ def _leaf(x, name, fid, mask, path, k):
     """One real input value (the element k of the list at ``path``); None where masked out."""
     if mask is False:
         return None  # excluded: never read by any formula
-    if type(x) is float and x == x and x not in (_INF, -_INF):
-        return mpf(x)  # the common case, exact
+    if type(x) is float:
+        v = _FLOATS.get(x)  # a float converts exactly at any precision: share one mpf per value
+        if v is not None:
+            return v
+        if x == x and x not in (_INF, -_INF):
+            if len(_FLOATS) > 1_000_000:
+                _FLOATS.clear()
+            v = _FLOATS[x] = mpf(x)
+            return v
     where = "".join(f"[{i}]" for i in path + ((k,) if k is not None else ()))
     if isinstance(x, bool) or not isinstance(x, (int, float, str, mpf)):
         raise SpecError(f"{fid}: input {name}{where} must be a real number (int, float or decimal string), got {x!r}")
@@ -229,6 +236,7 @@ def _leaf(x, name, fid, mask, path, k):
 
 
 _INF = float("inf")
+_FLOATS: dict = {}
 
 
 def _make_leaves(x):
