@@ -1,5 +1,118 @@
-"""pgspec adapter for liger (see adapters/liger/README.md)."""
+"""pgspec adapter for Liger-Kernel 0.8.5 (see adapters/liger/README.md).
+
+Three entry points, one per Liger code path:
+
+- ``make_adapter`` (``--adapter liger``): the chunked PyTorch path, log-probs in
+  (``LigerFusedLinearPPOBase._compute_loss_from_logps`` -> ``LigerFusedLinearGRPOFunction.ppo_loss_fn``,
+  eager), plus ``k3_loss_fn`` and the selective log-prob kernel.  Runs on CPU.
+- ``make_fused_adapter`` (``--adapter pgspec.adapters.liger:make_fused_adapter``): the whole
+  ``LigerFusedLinearGRPOLoss(compiled=False)`` from constructed hidden states and LM head.
+- ``make_triton_adapter`` (``--adapter pgspec.adapters.liger:make_triton_adapter``): the Triton
+  kernel ``triton_grpo_loss``, on CUDA, or on CPU under ``TRITON_INTERPRET=1``.
+
+liger_kernel is imported lazily: this module imports without it, and ``available()`` says why not.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..base import DEVIATION_KINDS, Adapter, Deviation
+
+FRAMEWORK = "Liger-Kernel"
+DISTRIBUTION = "liger-kernel"
+PINNED = "0.8.5"
+DEVIATIONS = Path(__file__).with_name("deviations.toml")
 
 
-def make_adapter():
-    raise ImportError("the liger adapter is not written yet")
+def framework_version() -> str | None:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        return None
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return None
+
+
+def load_deviations(path: Path, path_name: str) -> list[Deviation]:
+    """deviations.toml entries of one code path (key ``path``: chunked (default), fused, triton)."""
+    if not path.exists():
+        return []
+    data = tomllib.loads(path.read_text())
+    out = []
+    for k, entry in enumerate(data.get("deviation", [])):
+        missing = [key for key in ("id", "kind", "reason", "link") if not entry.get(key)]
+        if missing:
+            raise ValueError(f"{path}: deviation #{k + 1} lacks {', '.join(missing)}")
+        if entry["kind"] not in DEVIATION_KINDS:
+            raise ValueError(f"{path}: deviation #{k + 1} kind must be one of {DEVIATION_KINDS}")
+        paths = entry.get("paths", ["chunked"])
+        if path_name in paths:
+            out.append(Deviation(entry["id"], entry["kind"], entry["reason"], entry["link"],
+                                 tuple(entry.get("dtypes", ()))))
+    return out
+
+
+@dataclass
+class LigerAdapter(Adapter):
+    needs_triton: bool = False
+
+    def available(self) -> tuple[bool, str]:
+        if importlib.util.find_spec("liger_kernel") is None:
+            return False, (f"liger-kernel is not installed in this interpreter "
+                           f"(install it with ci/install-liger.sh, or run with --python /tmp/venv-liger/bin/python)")
+        v = framework_version()
+        if v != PINNED:
+            return False, f"liger-kernel {v} is installed; this adapter is written for {PINNED}"
+        if self.needs_triton:
+            from .triton_path import triton_available
+
+            return triton_available()
+        return True, ""
+
+
+def _version():
+    v = framework_version()
+    return f"{v}" if v else "not installed"
+
+
+def _param_map(ids):
+    from .mapping import PARAM_MAP
+
+    return {fid: PARAM_MAP[fid] for fid in ids if fid in PARAM_MAP}
+
+
+def make_adapter() -> Adapter:
+    """The chunked path (default)."""
+    from . import chunked
+
+    return LigerAdapter(
+        name="liger", framework=FRAMEWORK, version=_version(), devices=("cpu", "cuda"),
+        dtypes=("float64", "float32", "bfloat16"), implementations=dict(chunked.IMPLEMENTATIONS),
+        param_map=_param_map(chunked.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS, "chunked"))
+
+
+def make_fused_adapter() -> Adapter:
+    """LigerFusedLinearGRPOLoss end to end from constructed hidden states (see fused.py)."""
+    from . import fused
+
+    return LigerAdapter(
+        name="liger-fused", framework=FRAMEWORK, version=_version(), devices=("cpu", "cuda"),
+        dtypes=("float64", "float32", "bfloat16"), implementations=dict(fused.IMPLEMENTATIONS),
+        param_map=_param_map(fused.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS, "fused"))
+
+
+def make_triton_adapter() -> Adapter:
+    """triton_grpo_loss (CUDA; CPU only under TRITON_INTERPRET=1)."""
+    from . import triton_path
+
+    return LigerAdapter(
+        name="liger-triton", framework=FRAMEWORK, version=_version(), devices=("cpu", "cuda"),
+        dtypes=("float32", "bfloat16"), implementations=dict(triton_path.IMPLEMENTATIONS),
+        param_map=_param_map(triton_path.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS, "triton"),
+        needs_triton=True)

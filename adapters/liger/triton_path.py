@@ -1,0 +1,72 @@
+"""``liger_kernel.transformers.grpo_loss.triton_grpo_loss`` (the Triton kernel).
+
+Runs on CUDA, or on CPU under Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is
+imported; slow, for small cases).  Logits (B, T+1, V=2) come from construct.py (the last row is
+ignored by the kernel); ``reduce=True`` applies Liger's own aggregation; the gradient w.r.t. the
+logits comes from the kernel's backward and is turned into the gradient w.r.t. the log-probs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+from .chunked import prepare
+from .construct import grad_from_z1, logits_for
+
+
+def triton_available() -> tuple[bool, str]:
+    if importlib.util.find_spec("triton") is None:
+        return False, "the Triton path needs the triton package (pip install triton==3.9.0)"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        if importlib.util.find_spec("numpy") is None:
+            return False, "TRITON_INTERPRET=1 needs numpy"
+        return True, ""
+    if torch.cuda.is_available():
+        return True, ""
+    return False, ("the Triton path needs a CUDA device, or TRITON_INTERPRET=1 (set before triton is imported) "
+                   "to run the kernels on CPU in Triton's interpreter")
+
+
+def _device():
+    return "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+
+
+def loss_impl(formula_id):
+    def impl(inputs, params):
+        from liger_kernel.transformers.grpo_loss import triton_grpo_loss
+
+        cfg, kw = prepare(formula_id, inputs, params)
+        lp, m = inputs["logprobs"], inputs["mask"]
+        B, T = m.shape
+        dev = _device()
+        z = logits_for(lp, m, torch.float32)
+        logits = torch.cat([z, torch.zeros((B, 1, 2), dtype=torch.float32)], dim=1).to(dev).contiguous()
+        logits.requires_grad_(True)
+        args = dict(temperature=1.0, beta=cfg["beta"], eps_low=cfg.get("epsilon_low", 0.2),
+                    eps_high=cfg.get("epsilon_high", 0.2), inplace=False, loss_type=cfg["loss_type"],
+                    importance_sampling_level=cfg["importance_sampling_level"], reduce=True,
+                    max_completion_length=cfg.get("max_completion_length"),
+                    use_bias_correction_kl=cfg.get("use_bias_correction_kl", False))
+        if "sapo_temperature_pos" in cfg:
+            args.update(sapo_temperature_pos=cfg["sapo_temperature_pos"], sapo_temperature_neg=cfg["sapo_temperature_neg"])
+        for k in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
+            if k in cfg:
+                args[k] = cfg[k]
+        f32 = lambda x: None if x is None else x.detach().float().to(dev).contiguous()  # noqa: E731
+        vr = kw.get("vllm_is_ratio")
+        out = triton_grpo_loss(logits, f32(kw["old"]), f32(kw.get("ref")),
+                               torch.zeros((B, T), dtype=torch.long, device=dev), f32(kw["advantages"]),
+                               kw["mask"].to(torch.int32).to(dev).contiguous(), vllm_is_ratio=f32(vr), **args)
+        loss = out[0] if isinstance(out, tuple) else out
+        (gl,) = torch.autograd.grad(loss, logits)
+        return {"loss": loss.cpu(), "grad": {"logprobs": grad_from_z1(gl[:, :T, 1].cpu(), lp, m)}}
+
+    return impl
+
+
+IMPLEMENTATIONS = {fid: loss_impl(fid) for fid in (
+    "loss.grpo", "loss.dapo", "loss.bnpo", "loss.dr_grpo", "loss.gspo", "loss.cispo", "loss.sapo", "loss.luspo",
+    "loss.vespo")}
