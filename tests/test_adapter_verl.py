@@ -1,0 +1,67 @@
+"""The verl adapter over the golden corpus (runs only where verl 0.9.1 is installed: ci/install-verl.sh)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("verl")
+
+import torch  # noqa: E402
+
+from pgspec.conformance.runner import BAD_OUTCOMES, load_adapter, load_case, run_case, select_cases  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    a = load_adapter("verl")
+    ok, why = a.available()
+    if not ok:
+        pytest.skip(why)
+    return a
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_corpus_has_no_fail_error_or_stale_deviation(adapter, dtype):
+    bad = []
+    for case in select_cases("*"):
+        r = run_case(adapter, case, dtype, "cpu")
+        if r.outcome in BAD_OUTCOMES:
+            bad.append(f"{r.case_id} [{dtype}] {r.outcome}: {r.message.strip().splitlines()[-1][:200]}")
+    assert not bad, "\n".join(bad)
+
+
+def test_declared_bug_reproduces(adapter):
+    # GSPO: a -inf old log-prob at a masked position makes verl's loss NaN (deviations.toml, kind "bug")
+    r = run_case(adapter, load_case("surrogate.gspo/masked-nan-inf"), "float64", "cpu")
+    assert r.outcome == "deviation", r.message
+    assert r.deviation["kind"] == "bug"
+
+
+def test_icepop_all_rejected_crash_reproduces(adapter):
+    r = run_case(adapter, load_case("is.sequence.mask/log-ratio-20"), "float64", "cpu")
+    assert r.outcome == "deviation"
+    assert "ZeroDivisionError" in r.message
+
+
+def test_vanilla_always_dual_clips():
+    """Why surrogate.ppo_clip maps to clip_ratio_c = +inf: verl's default config dual-clips at 3."""
+    from pgspec.adapters.verl.impl import actor_config
+    from verl.trainer.ppo import core_algos
+
+    old = torch.zeros(1, 1, dtype=torch.float64)
+    logp = torch.full((1, 1), math.log(5.0), dtype=torch.float64)
+    adv = -torch.ones(1, 1, dtype=torch.float64)
+    mask = torch.ones(1, 1, dtype=torch.bool)
+    fn = core_algos.get_policy_loss_fn("vanilla")
+    default, _ = fn(old_log_prob=old, log_prob=logp, advantages=adv, response_mask=mask, config=actor_config())
+    plain, _ = fn(old_log_prob=old, log_prob=logp, advantages=adv, response_mask=mask,
+                  config=actor_config(clip_ratio_c=float("inf")))
+    assert default.item() == pytest.approx(3.0)
+    assert plain.item() == pytest.approx(5.0)
+
+
+def test_param_map_covers_every_capability(adapter):
+    assert set(adapter.param_map) >= adapter.capabilities()
+    assert adapter.version == "0.9.1"
