@@ -1,0 +1,72 @@
+"""The AReaL adapter over the golden corpus (runs only where AReaL 1.0.4 is installed: ci/install-areal.sh)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("areal")
+
+import torch  # noqa: E402
+
+from pgspec.conformance.runner import BAD_OUTCOMES, load_adapter, load_case, run_case, select_cases  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    a = load_adapter("areal")
+    ok, why = a.available()
+    if not ok:
+        pytest.skip(why)
+    return a
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_corpus_has_no_fail_error_or_stale_deviation(adapter, dtype):
+    bad = []
+    for case in select_cases("*"):
+        r = run_case(adapter, case, dtype, "cpu")
+        if r.outcome in BAD_OUTCOMES:
+            bad.append(f"{r.case_id} [{dtype}] {r.outcome}: {r.message.strip().splitlines()[-1][:200]}")
+    assert not bad, "\n".join(bad)
+
+
+def test_declared_overflow_bug_reproduces(adapter):
+    # PPO clip, log-ratio 200 on the clipped side: exp overflows in float32, the gradient is NaN
+    r = run_case(adapter, load_case("surrogate.ppo_clip/log-ratio-200-clipped-side"), "float32", "cpu")
+    assert r.outcome == "deviation", r.message
+    assert r.deviation["kind"] == "bug"
+    assert "nan" in r.first_failure["got"]
+    # float64 does not overflow there: the same case passes
+    assert run_case(adapter, load_case("surrogate.ppo_clip/log-ratio-200-clipped-side"), "float64", "cpu").outcome == "pass"
+
+
+def test_declared_trailing_group_bug_reproduces(adapter):
+    r = run_case(adapter, load_case("adv.group_normalized/two-groups"), "float32", "cpu")
+    assert r.outcome == "deviation", r.message
+    assert r.deviation["kind"] == "bug"
+
+
+def test_trailing_group_gets_reward_over_eps():
+    """AReaL's Normalization leaves the rows of an incomplete trailing group at R / eps."""
+    from areal.api.cli_args import NormConfig
+    from areal.utils.data import Normalization
+
+    norm = Normalization(NormConfig(mean_level="group", std_level="group", group_size=3))
+    a = norm(torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0, 0.5, 1.0]))
+    assert a[:6].abs().max().item() < 2
+    assert a[6].item() == pytest.approx(1e5, rel=1e-6)
+
+
+def test_gradient_seed_recovers_token_sum(adapter):
+    """The per-token surrogate gradient is AReaL's scalar (sum / N0) seeded with N0."""
+    lp = torch.tensor([[-1.0, -2.0, -2.5, -1.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    inputs = {"logprobs": lp, "old_logprobs": torch.tensor([[-1.5, -2.0, -2.0, -1.5, 0.0]], dtype=torch.float64),
+              "mask": torch.tensor([[True, True, True, True, False]]),
+              "advantages": torch.tensor([[1.0, -0.5, -1.0, -1.0, 0.0]], dtype=torch.float64)}
+    out = adapter.call("surrogate.ppo_clip", inputs, {})
+    assert out["grad"]["logprobs"][0, :4].tolist() == pytest.approx([0.0, 0.5, 0.0, 1.6487212707001282])
+
+
+def test_param_map_covers_every_capability(adapter):
+    assert set(adapter.param_map) >= adapter.capabilities()
+    assert adapter.version == "1.0.4"
