@@ -129,6 +129,14 @@ def to_tensors(formula_id: str, inputs: dict, dtype: str, device: str):
     return tensors
 
 
+def adapter_params(formula_id: str, params: dict) -> dict:
+    """Parameters as an adapter receives them: real values as Python floats (a decimal string such
+    as "0.28" becomes the nearest binary64, which is what a framework's config holds)."""
+    f = REGISTRY[formula_id]
+    kinds = {p.name: p.kind for p in f.params}
+    return {k: float(v) if kinds.get(k) == "real" and isinstance(v, str) else v for k, v in params.items()}
+
+
 def _objective(out, mask):
     """Sum of the unmasked elements of the grad_of output (masked ones selected away, never x 0)."""
     import torch
@@ -185,7 +193,7 @@ def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
     try:
         tensors = to_tensors(case["formula"], case_inputs(case), dtype, device)
         with torch.enable_grad():
-            out = adapter.call(case["formula"], tensors, dict(case["params"]))
+            out = adapter.call(case["formula"], tensors, adapter_params(case["formula"], case["params"]))
             grads = out.get("grad")
             diff = [n for n in f.differentiable if n in tensors]
             if grads is None and diff and f.grad_of in out:

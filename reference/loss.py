@@ -119,18 +119,32 @@ def ppo_clip_term(l, l_old, a, eps_low, eps_high, log_ratio_clamp=None):
 
 
 def _ppo_clip_node(l, l_old, a, neg_a, eps_low, eps_high, lo, hi, c):
-    """ppo_clip_term with -A and the clip bounds lo = 1 - eps_low, hi = 1 + eps_high computed once."""
+    """ppo_clip_term with -A and the clip bounds lo = 1 - eps_low, hi = 1 + eps_high computed once.
+
+    l_old and A carry no gradient, so the node's only operand is l.  When the tolerance scale is
+    being tracked (the inputs arrive as Vars), the node states the rounding error of the formula
+    as usually written: d = l - l_old (|d|), r = exp(d) (|r| (1 + |d|)), times -A (|loss|), i.e.
+    |loss| (2 + |d|); a clipped (constant) loss carries the rounding of its bound and product.
+    """
+    tracked = is_var(l_old)
+    l_old, a, neg_a = value_of(l_old), value_of(a), value_of(neg_a)
     d = value_of(l) - l_old
     if c is not None and abs(d) > c:  # clamped log-ratio: r is a constant, so is the loss
-        return ppo_clip_loss(exp(clamp_log_ratio(d, c)), a, eps_low, eps_high)
+        loss = value_of(ppo_clip_loss(exp(clamp_log_ratio(d, c)), a, eps_low, eps_high))
+        return Var(loss, (), rounding=3 * abs(loss)) if tracked else loss
     r = exp(d)
     if lo <= r <= hi:  # inside the clip range both branches are -A r
         loss = r * neg_a
     else:
-        loss = ppo_clip_loss(r, a, eps_low, eps_high)
+        loss = value_of(ppo_clip_loss(r, a, eps_low, eps_high))
         if not ((a > 0 and r < lo) or (a < 0 and r > hi)):
-            return loss  # the clipped branch is active: a constant
-    return Var(loss, ((l, loss),)) if a and is_var(l) else loss
+            # the clipped branch is active: a constant, -A times the rounded bound
+            return Var(loss, (), rounding=2 * abs(loss)) if tracked else loss
+    if not (a and is_var(l)):
+        return Var(loss, (), rounding=abs(loss) * (2 + abs(d))) if tracked else loss
+    if tracked:
+        return Var(loss, ((l, loss),), rounding=abs(loss) * (2 + abs(d)))
+    return Var(loss, ((l, loss),))
 
 
 def mean_log_ratio(l_row, old_row, ts):
@@ -139,7 +153,7 @@ def mean_log_ratio(l_row, old_row, ts):
     if not ts:
         return mpf(0)
     n = len(ts)
-    diffs = [value_of(l_row[t]) - old_row[t] for t in ts]
+    diffs = [value_of(l_row[t]) - value_of(old_row[t]) for t in ts]
     value = mp.fsum(diffs) / n
     leaves = [l_row[t] for t in ts if is_var(l_row[t])]
     if not leaves:

@@ -1,0 +1,199 @@
+"""Property checks (spec/properties.md): on the reference with hypothesis, on the torch backend
+with the fixed examples, and the published anchors they carry."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from mpmath import mp, mpf
+
+from pgspec.conformance import properties as P
+from pgspec.conformance import runner
+from pgspec.conformance import strategies as pst
+from pgspec.reference import REGISTRY, evaluate
+
+SPEC = Path(__file__).resolve().parent.parent / "spec" / "properties.md"
+CI = dict(derandomize=True, max_examples=10)
+
+
+# The registry -----------------------------------------------------------------------------------
+def test_every_property_has_a_spec_section_and_applies_to_registered_formulas():
+    text = SPEC.read_text()
+    for pid, prop in P.PROPERTIES.items():
+        assert re.search(rf"^\({re.escape(pid)}\)=\n## `{re.escape(pid)}`", text, re.M), f"{pid}: no anchor/heading"
+        assert prop.spec == f"spec/properties.md#{pid}"
+        assert prop.formulas, f"{pid} applies to nothing"
+        assert set(prop.formulas) <= set(REGISTRY), set(prop.formulas) - set(REGISTRY)
+    assert set(re.findall(r"^\((prop\.[a-z_]+)\)=$", text, re.M)) == set(P.PROPERTIES)
+
+
+def test_cp_rank_sum_covers_every_aggregator_and_every_recipe_in_the_registry():
+    formulas = set(P.PROPERTIES["prop.cp_rank_sum"].formulas)
+    assert {f for f in REGISTRY if f.startswith("agg.")} <= formulas
+    assert {f for f in REGISTRY if f.startswith("loss.")} <= formulas
+
+
+def test_every_recipe_has_a_known_aggregator():
+    for fid in (f for f in REGISTRY if f.startswith("loss.")):
+        agg, _ = P.recipe_aggregator(fid, {})
+        assert agg in REGISTRY, (fid, agg)
+
+
+# The reference, with hypothesis (CI profile) -----------------------------------------------------
+@pytest.mark.parametrize("prop_id", list(P.PROPERTIES))
+def test_property_holds_on_the_reference(prop_id):
+    P.check_reference(prop_id, **CI)
+
+
+def test_a_broken_invariance_is_reported_by_the_reference_check(monkeypatch):
+    """The reference checks can fail: break the reference's own cp split (ranks shifted by one
+    position) and prop.cp_rank_sum must notice for a per-sequence aggregator."""
+    real = P.ref_dist.cp_owner_map
+
+    def shifted(mask, cp_size, layout, ownership, lengths, fid="dist.cp_split"):
+        ranks, chunks, sizes = real(mask, cp_size, layout, ownership, lengths, fid)
+        return [[(r + 1) % cp_size if r is not None else None for r in row] for row in ranks], chunks, sizes
+
+    ex = {"inputs": {"values": [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]], "mask": [[True] * 4, [True] * 4]},
+          "params": {}, "cp": {"cp_size": 2, "layout": "thd", "ownership": "position"}}
+    P._cp_reference("agg.sample_mean", ex)        # holds with the real split
+    monkeypatch.setattr(P, "_owner", lambda e: shifted(e["inputs"]["mask"], 2, "thd", "position", None)[0])
+    P._cp_reference("agg.sample_mean", ex)        # any partition of the tokens still sums ...
+    monkeypatch.setattr(P, "_rank_masks", lambda e: [[[True] * 4, [True] * 4], [[False] * 4, [True] * 4]])
+    with pytest.raises(AssertionError, match="sum of rank values"):
+        P._cp_reference("agg.sample_mean", ex)    # ... but counting a token twice does not
+
+
+# Published anchors the properties carry ----------------------------------------------------------
+def test_megatron_7452_per_micro_batch_mean_differs_from_the_global_one():
+    total, naive, rel = P.naive_difference("agg.token_mean", P.MEGATRON_7452)
+    with mp.workdps(60):
+        assert total == 4 and abs(naive - mpf(14) / 3) < mpf(10) ** -50
+        assert abs(rel - mpf(1) / 6) < mpf(10) ** -50
+
+
+def test_nemo_rl_2269_sequence_product_collapses_where_the_geometric_mean_does_not():
+    # 9216 tokens at a log-ratio of -1/128 each (bf16-exact inputs)
+    T = 9216
+    inputs = {"logprobs": [[-1.0078125] * T], "old_logprobs": [[-1.0] * T], "mask": [[True] * T]}
+    prod = evaluate("ratio.sequence_product", inputs)["ratio"][0]
+    geo = evaluate("ratio.sequence_geometric", inputs)["ratio"][0]
+    with mp.workdps(60):
+        assert abs(prod - mp.exp(mpf(-72))) < mpf(10) ** -50      # e^-72 ~ 5.4e-32
+        assert abs(geo - mp.exp(mpf(-1) / 128)) < mpf(10) ** -50   # 0.992
+    assert prod < mpf(10) ** -31 and geo > mpf("0.99")
+
+
+def test_opsm_hand_made_example_is_decided_by_the_sequence_advantage():
+    ex = P.decode(P._opsm_extra("mask.opsm")[0])
+    r = evaluate("mask.opsm", ex["inputs"], ex["params"])
+    assert r["seq_keep"] == [False, True, True]
+    assert r["keep"][0] == [False, False, False] and r["keep"][1] == [True, True, True]
+
+
+# Strategies --------------------------------------------------------------------------------------
+def _bf16_exact(x):
+    import torch
+
+    return torch.tensor(x, dtype=torch.float64).to(torch.bfloat16).double().item() == x
+
+
+@settings(derandomize=True, max_examples=30, deadline=None)
+@given(pst.padded_batches(fields=("logprobs", "old_logprobs", "sampler_logprobs", "ref_logprobs", "advantages",
+                                  "values", "entropy"), extreme=True))
+def test_strategy_values_are_bf16_exact_and_log_ratios_are_multiples_of_1_64(batch):
+    for name in ("logprobs", "old_logprobs", "sampler_logprobs", "ref_logprobs", "values", "entropy"):
+        for i, row in enumerate(batch[name]):
+            for t, v in enumerate(row):
+                if batch["mask"][i][t]:
+                    assert _bf16_exact(v), (name, v)
+                    if name != "old_logprobs" and name in ("logprobs", "sampler_logprobs", "ref_logprobs"):
+                        d = v - batch["old_logprobs"][i][t]
+                        assert (d * 64).is_integer(), d
+
+
+@settings(derandomize=True, max_examples=30, deadline=None)
+@given(pst.grpo_groups())
+def test_grpo_groups_have_sparse_labels_and_consistent_identical_groups(g):
+    assert len(g["rewards"]) == len(g["group_ids"])
+    assert all(-3 <= x for x in g["group_ids"])
+
+
+def test_grpo_groups_strategy_produces_singletons_and_identical_reward_groups():
+    seen_singleton = seen_identical = False
+    for seed in range(40):
+        g = pst.grpo_group_data(pst.SeededSource(seed), 6)
+        members = {}
+        for gid, r in zip(g["group_ids"], g["rewards"]):
+            members.setdefault(gid, []).append(r)
+        seen_singleton |= any(len(v) == 1 for v in members.values())
+        seen_identical |= any(len(v) > 1 and len(set(v)) == 1 for v in members.values())
+    assert seen_singleton and seen_identical
+
+
+def test_cp_and_micro_batch_partitions_and_long_sequences():
+    src = pst.SeededSource(3)
+    for _ in range(20):
+        cp = pst.cp_partition(src)
+        assert 1 <= cp["cp_size"] <= 4 and cp["layout"] in ("thd", "bshd")
+        sizes = pst.micro_batch_sizes(src, 7)
+        assert sum(sizes) == 7 and min(sizes) >= 1
+    long = pst.long_sequence_batch(1, [3000, 1024])
+    assert len(long["logprobs"][0]) == 3000 and sum(long["mask"][1]) == 1024
+
+
+# The torch backend and the fixed examples ---------------------------------------------------------
+def test_fixed_examples_are_reproducible_and_json_round_trip():
+    for pid, prop in P.PROPERTIES.items():
+        fid = prop.formulas[0]
+        a, b = P.fixed_examples(pid, fid), P.fixed_examples(pid, fid)
+        assert json.dumps(P.encode(a), sort_keys=True) == json.dumps(P.encode(b), sort_keys=True)
+        again = P.decode(json.loads(json.dumps(P.encode(a))))
+        assert json.dumps(P.encode(again), sort_keys=True) == json.dumps(P.encode(a), sort_keys=True)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_torch_backend_passes_every_property(dtype):
+    adapter = runner.load_adapter("torch")
+    results = P.run_properties(adapter, dtype, "cpu")
+    bad = [(r.property, r.formula, r.outcome, r.message[:300]) for r in results if r.outcome not in ("pass", "unsupported")]
+    assert not bad, bad
+    assert len([r for r in results if r.outcome == "pass"]) >= 150
+    for r in results:
+        assert r.error_ratio is None or r.error_ratio < 1
+
+
+def test_failure_carries_example_and_a_repro_that_reproduces_it(tmp_path, monkeypatch):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+    import wrong_adapters
+
+    adapter = wrong_adapters.exp_of_sum()
+    results = P.run_properties(adapter, "float32", "cpu", "ratio.sequence_geometric",
+                               properties="prop.length_independence",
+                               adapter_spec="wrong_adapters:exp_of_sum")
+    (res,) = results
+    assert res.outcome == "fail" and res.property == "prop.length_independence"
+    assert res.example and "inputs" in res.example and res.repro
+    json.dumps(res.to_json())   # JSON-able
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))
+    out = {}
+    code = res.repro.replace("print(", "out['r'] = (")
+    exec(code, {"out": out})     # noqa: S102 - the snippet is ours
+    assert out["r"].outcome == "fail" and out["r"].message == res.message
+
+
+def test_unsupported_when_the_adapter_lacks_a_formula():
+    from pgspec.adapters.base import Adapter
+    from pgspec.adapters.torch import ratio
+
+    adapter = Adapter("ratio-only", "test", "0", implementations=dict(ratio.IMPLEMENTATIONS))
+    results = P.run_properties(adapter, "float64", "cpu", "agg.*,ratio.*")
+    outcomes = {(r.property, r.formula): r.outcome for r in results}
+    assert outcomes[("prop.cp_rank_sum", "agg.token_mean")] == "unsupported"
+    assert outcomes[("prop.length_independence", "ratio.sequence_geometric")] == "pass"
