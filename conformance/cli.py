@@ -113,6 +113,11 @@ def _run(args) -> int:
                 else:
                     summary.results.append(runner.run_case(adapter, case, dtype, args.device))
                 progress.advance(task)
+        if args.properties:
+            for dtype in dtypes:
+                progress.update(task, description=f"{adapter.name} on {args.device}: properties ({dtype})")
+                summary.results.extend(runner.property_results(adapter, dtype, args.device, args.formulas,
+                                                               adapter_spec=args.adapter))
         if isolated is not None:
             adapter.close()
     report.print_matrix(summary, adapter, args.device, dtypes)
@@ -160,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dtype", default="float64,float32,bfloat16", help="comma-separated dtypes")
     r.add_argument("--formulas", default="*", metavar="GLOB", help="formula or case ID globs, comma-separated")
     r.add_argument("--report", action="append", metavar="KIND:PATH", help="json:PATH, md:PATH or html:PATH (repeatable)")
+    r.add_argument("--properties", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run the property checks of spec/properties.md (default: on)")
     r.add_argument("--python", metavar="PATH", default=None,
                    help="run the adapter in this other interpreter (its own venv) over a JSON-lines protocol")
     r.add_argument("--case-timeout", type=float, default=300.0, metavar="SECONDS",

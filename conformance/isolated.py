@@ -14,6 +14,8 @@ Protocol (``pgspec-worker/1``), every message one JSON object on one line:
         "devices", "dtypes", "capabilities", "deviations", "available", "why"}}
     -> {"op": "run", "case": <a golden case object>, "dtype": "float32", "device": "cpu"}
     <- {"ok": true, "result": <CaseResult as JSON>}
+    -> {"op": "properties", "dtype": "float32", "device": "cpu", "formulas": "*"}
+    <- {"ok": true, "results": [<PropertyResult as JSON>, ...]}
     -> {"op": "exit"}
 
 A response with "ok": false carries "error" (a traceback).  The parent gives each case a timeout;
@@ -87,6 +89,12 @@ def worker_main(argv=None) -> int:
             elif op == "run":
                 result = runner.run_case(adapter, msg["case"], msg["dtype"], msg["device"])
                 send({"ok": True, "result": result.to_json()})
+            elif op == "properties":
+                from pgspec.conformance import properties
+
+                found = properties.run_properties(adapter, msg["dtype"], msg["device"], msg.get("formulas", "*"),
+                                                  adapter_spec=args.adapter)
+                send({"ok": True, "results": [p.to_json() for p in found]})
             else:
                 send({"ok": False, "error": f"unknown op {op!r}"})
         except Exception:  # noqa: BLE001 - reported to the parent
@@ -256,6 +264,18 @@ class IsolatedAdapter:
                             case["category"], "error", message=message)
         result.repro = repro_snippet(self.adapter_name, case["id"], dtype, device)
         return _apply_deviation(result, self.deviation_for(case["id"], case["formula"], dtype))
+
+    def run_properties(self, dtype: str, device: str, formulas: str) -> list:
+        """The property checks, run in the worker; a crash or a hang becomes one error row."""
+        try:
+            answer = self._request({"op": "properties", "dtype": dtype, "device": device, "formulas": formulas},
+                                   self.timeout * 4)
+            if answer.get("ok"):
+                return answer["results"]
+            message = answer.get("error", "the worker reported an error")
+        except WorkerDied as e:
+            message = str(e)
+        return [{"property": "prop.all", "formula": "*", "outcome": "error", "message": message, "examples": 0}]
 
     def close(self):
         if self.worker is not None:

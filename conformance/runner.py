@@ -269,6 +269,29 @@ def load_case(case_id: str) -> dict:
     raise RunError(f"no golden case {case_id!r}")
 
 
+def property_results(adapter, dtype: str, device: str, formulas: str, adapter_spec: str | None = None) -> list:
+    """The property checks (spec/properties.md) for one dtype, as CaseResult rows whose family is
+    the property ID (they appear as their own rows in the matrix).  A deviation may be declared
+    for "<property>/<formula>" or for the property ID."""
+    from . import properties
+
+    if hasattr(adapter, "run_properties"):  # an isolated adapter runs them in its worker
+        raw = adapter.run_properties(dtype, device, formulas)
+    else:
+        raw = [p.to_json() for p in properties.run_properties(adapter, dtype, device, formulas, adapter_spec=adapter_spec)]
+    out = []
+    for p in raw:
+        ratio = p.get("error_ratio")
+        ratio = float(ratio) if isinstance(ratio, str) else ratio
+        r = CaseResult(adapter.name, adapter.version, device, dtype, f"{p['property']}/{p['formula']}", p["formula"],
+                       p["property"], "property", p["outcome"], error_ratio=ratio, compared=p.get("examples", 0),
+                       message=p.get("message", ""), repro=p.get("repro", ""))
+        if p["outcome"] == "fail" and p.get("example") is not None:
+            r.first_failure = {"example": p["example"]}
+        out.append(_apply_deviation(r, adapter.deviation_for(r.case_id, p["property"], dtype)))
+    return out
+
+
 @dataclass
 class RunSummary:
     results: list = field(default_factory=list)
