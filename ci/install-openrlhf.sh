@@ -15,7 +15,7 @@ python3 -m venv "$venv"
 pip=("$venv/bin/python" -m pip install -c "$PIP_CONSTRAINT")
 "${pip[@]}" torch==2.13.0
 "${pip[@]}" --no-deps openrlhf==0.11.2
-"${pip[@]}" numpy "mpmath>=1.3,<2" "jsonschema>=4.18" "rich>=13" pytest
+"${pip[@]}" numpy "mpmath>=1.3,<2" "jsonschema>=4.18" "rich>=13" pytest "hypothesis>=6.100"
 "${pip[@]}" --no-deps -e "$root"
 "$venv/bin/python" - <<'PY'
 import torch

@@ -8,7 +8,8 @@ pytest.importorskip("areal")
 
 import torch  # noqa: E402
 
-from pgspec.conformance.runner import BAD_OUTCOMES, load_adapter, load_case, run_case, select_cases  # noqa: E402
+from pgspec.conformance.runner import (  # noqa: E402
+    BAD_OUTCOMES, load_adapter, load_case, property_results, run_case, select_cases)
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +39,30 @@ def test_declared_overflow_bug_reproduces(adapter):
     assert "nan" in r.first_failure["got"]
     # float64 does not overflow there: the same case passes
     assert run_case(adapter, load_case("surrogate.ppo_clip/log-ratio-200-clipped-side"), "float64", "cpu").outcome == "pass"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_properties_have_no_fail_error_or_stale_deviation(adapter, dtype):
+    bad = [f"{r.case_id} [{dtype}] {r.outcome}: {r.message.strip().splitlines()[-1][:200]}"
+           for r in property_results(adapter, dtype, "cpu", "*") if r.outcome in BAD_OUTCOMES]
+    assert not bad, "\n".join(bad)
+
+
+def test_declared_masked_nan_property_bug_reproduces(adapter):
+    # prop.padding: NaN/inf at masked positions give a NaN gradient in AReaL's PPO loss
+    (r,) = [r for r in property_results(adapter, "float32", "cpu", "surrogate.ppo_clip") if r.case_id == "prop.padding/surrogate.ppo_clip"]
+    assert r.outcome == "deviation", r.message
+    assert r.deviation["kind"] == "bug"
+    assert "NaN" in r.message
+
+
+def test_loss_bnpo_worked_example_passes_and_prompt_mean_is_unsupported(adapter):
+    r = run_case(adapter, load_case("loss.bnpo/worked-example"), "float64", "cpu")
+    assert r.outcome == "pass", r.message
+    r = run_case(adapter, load_case("loss.dapo/worked-example-prompt-mean"), "float64", "cpu")
+    assert r.outcome == "deviation" and r.deviation["kind"] == "unsupported", r.message
+    r = run_case(adapter, load_case("loss.dapo/worked-example-token-mean"), "float64", "cpu")
+    assert r.outcome == "pass", r.message
 
 
 def test_declared_trailing_group_bug_reproduces(adapter):

@@ -42,11 +42,15 @@ def test_corpus_has_no_bad_outcomes(adapter, dtype):
     assert not bad, "\n".join(bad)
 
 
-def test_declared_deviation_reproduces(adapter):
-    case = runner.load_case("kl.k3/masked-nan-inf")
+@pytest.mark.parametrize("case_id,kind", [("kl.k3/masked-nan-inf", "convention"),
+                                           ("loss.luspo/token-level-padded", "bug"),
+                                           ("loss.grpo/empty-sequence", "convention"),
+                                           ("loss.dapo/worked-example-prompt-mean", "unsupported")])
+def test_declared_deviation_reproduces(adapter, case_id, kind):
+    case = runner.load_case(case_id)
     r = runner.run_case(adapter, case, "float32", "cpu")
     assert r.outcome == "deviation", r.message
-    assert r.deviation["kind"] == "convention"
+    assert r.deviation["kind"] == kind
 
 
 def test_version_and_capabilities(adapter):
@@ -70,6 +74,8 @@ def test_fused_path_agrees_with_chunked(fid):
     from pgspec.adapters.liger import chunked, fused
 
     params = {"beta": 0.0}
+    if fid in ("loss.dapo", "loss.cispo"):
+        params["aggregation"] = "token_mean"   # Liger's normalizer; prompt_mean needs group_ids (one group)
     x = _case()
     out = chunked.IMPLEMENTATIONS[fid](x, params)
     (g,) = torch.autograd.grad(out["loss"], x["logprobs"])

@@ -124,10 +124,21 @@ def _param(params, fid, name):
     return float(value)
 
 
+_NULL_ONLY_WHY = {
+    "log_ratio_clamp": "AReaL never clamps the log-ratio",
+    "log_ratio_max": "AReaL never caps the sequence log-ratio",
+    "log_ratio_min": "KLEstimator has no input clamp",
+    "is_log_ratio_clamp": "apply_rejection_sampling never clamps the log-ratio",
+    "opsm_delta": "AReaL has no off-policy sequence mask",
+    "entropy_quantile": "AReaL has no entropy-quantile token mask",
+}
+
+
 def _require_null(params, fid, *names):
     for n in names:
         if _param(params, fid, n) is not None:
-            _unsupported(fid, f"{n}={params.get(n)!r} (AReaL does not clamp log-ratios; only null is expressible)")
+            why = _NULL_ONLY_WHY.get(n, "no AReaL counterpart")
+            _unsupported(fid, f"{n}={params.get(n)!r}: {why}; only null is expressible")
 
 
 def _token_advantages(adv, like):
@@ -151,8 +162,17 @@ def _grad_of_token_sum(loss, n0, x):
     """d(sum of unmasked per-token losses)/dx from AReaL's scalar sum/N0, seeded with N0."""
     import torch
 
+    if not loss.requires_grad:  # called under torch.no_grad() (the finite-difference objective)
+        return None
     (g,) = torch.autograd.grad(loss, [x], grad_outputs=torch.full_like(loss, float(n0)), allow_unused=True)
     return torch.zeros_like(x) if g is None else g
+
+
+def _with_grad(out, name, g):
+    """Attach {"grad": {name: g}} unless no gradient could be formed (no autograd graph)."""
+    if g is not None:
+        out["grad"] = {name: g}
+    return out
 
 
 # ----------------------------------------------------------------------------------- surrogates
@@ -171,7 +191,7 @@ def _ppo(fid):
             eps_clip_higher=_param(params, fid, "eps_high"), c_clip=c,
             importance_sampling_level="token",
         )
-        return {"loss": stat["loss"], "grad": {"logprobs": _grad_of_token_sum(loss, _n0(m), lp)}}
+        return _with_grad({"loss": stat["loss"]}, "logprobs", _grad_of_token_sum(loss, _n0(m), lp))
 
     run.__name__ = fid.replace(".", "_")
     return run
@@ -207,7 +227,9 @@ def surrogate_gspo(inputs, params):
         total = loss if total is None else total + loss
     value = torch.stack(values) if values else lp.new_zeros((0,))
     grad = torch.zeros_like(lp)
-    if total is not None and total.requires_grad:
+    if total is not None:
+        if not total.requires_grad:  # under torch.no_grad(): no gradient to report
+            return {"loss": value}
         (grad,) = torch.autograd.grad(total, [lp], allow_unused=True)
         grad = torch.zeros_like(lp) if grad is None else grad
     return {"loss": value, "grad": {"logprobs": grad}}
@@ -225,7 +247,7 @@ def surrogate_sapo(inputs, params):
         tau_pos=_param(params, fid, "tau_pos"), tau_neg=_param(params, fid, "tau_neg"),
         loss_mask=m, importance_sampling_level="token",
     )
-    return {"loss": stat["loss"], "grad": {"logprobs": _grad_of_token_sum(loss, _n0(m), lp)}}
+    return _with_grad({"loss": stat["loss"]}, "logprobs", _grad_of_token_sum(loss, _n0(m), lp))
 
 
 # ------------------------------------------------------------------------------------------- kl

@@ -45,7 +45,9 @@ def vespo_is_ratio(inputs):
         return None
     m = inputs["mask"]
     d = inputs["old_logprobs"] - inputs["sampler_logprobs"]
-    return torch.exp(torch.where(m, d, torch.zeros_like(d))).float()
+    # at least float32 (TRL's ratio is float32); float64 runs keep float64
+    d = d.to(torch.promote_types(d.dtype, torch.float32))
+    return torch.exp(torch.where(m, d, torch.zeros_like(d)))
 
 
 def prepare(formula_id, inputs, params):
@@ -119,7 +121,10 @@ def _terms(formula_id, inputs, cfg, kw):
         return pg
     fm = m.to(cdt).requires_grad_(True)
     kl_cfg = {**unit, "loss_type": "bnpo"}
-    loss, _ = compute_loss(lp, fm, torch.zeros_like(kw["advantages"]), old=kw["old"], ref=kw["ref"], full_mask=one,
+    # zero advantages leave only the KL; old = l (ratio 1) unless the bias-corrected KL reads the ratio,
+    # so an overflowing ratio cannot make the zero policy part 0 * inf = NaN
+    old = kw["old"] if cfg.get("use_bias_correction_kl") else lp
+    loss, _ = compute_loss(lp, fm, torch.zeros_like(kw["advantages"]), old=old, ref=kw["ref"], full_mask=one,
                            **kl_cfg)
     (gk,) = torch.autograd.grad(loss, fm)
     return pg + gk

@@ -44,7 +44,7 @@ COMMON = {
 CLIP = {"eps_low": "epsilon_low", "eps_high": "epsilon_high", "log_ratio_clamp": "(null only: no ratio clamp)"}
 PARAM_MAP = {
     "loss.grpo": {**CLIP, **COMMON, "(recipe)": "loss_type='grpo', importance_sampling_level='token'"},
-    "loss.dapo": {**CLIP, **COMMON, "aggregation": "(both -> loss_type='dapo': local token mean, num_items_in_batch=None)",
+    "loss.dapo": {**CLIP, **COMMON, "aggregation": "(token_mean -> loss_type='dapo': local token mean, num_items_in_batch=None; prompt_mean only with at most one non-empty group)",
                   "(recipe)": "loss_type='dapo'"},
     "loss.bnpo": {**CLIP, **COMMON, "(recipe)": "loss_type='bnpo'"},
     "loss.dr_grpo": {**CLIP, **COMMON, "divisor": "max_completion_length", "divide_by": "('K*N' only)",
@@ -53,7 +53,7 @@ PARAM_MAP = {
                   "(recipe)": "loss_type='grpo', importance_sampling_level='sequence'"},
     "loss.cispo": {"cap_form": "(absolute: epsilon_high = eps_high; relative with eps_low null: epsilon_high = 1 + eps_high)",
                    "eps_low": "(null only)", "eps_high": "epsilon_high", "log_ratio_clamp": "(null only)",
-                   "aggregation": "(both -> the dapo normalizer)", **COMMON, "(recipe)": "loss_type='cispo'"},
+                   "aggregation": "(token_mean -> the dapo normalizer; prompt_mean only with at most one non-empty group)", **COMMON, "(recipe)": "loss_type='cispo'"},
     "loss.sapo": {"tau_pos": "sapo_temperature_pos", "tau_neg": "sapo_temperature_neg",
                   "log_ratio_clamp": "(null only)", **COMMON, "(recipe)": "loss_type='sapo'"},
     "loss.luspo": {"ratio_level": "importance_sampling_level", **CLIP, **COMMON, "(recipe)": "loss_type='luspo'"},
@@ -129,6 +129,13 @@ def liger_config(formula_id, params, inputs):
     if formula_id in ("loss.grpo", "loss.dapo", "loss.bnpo", "loss.dr_grpo", "loss.gspo", "loss.luspo"):
         cfg["epsilon_low"] = p("eps_low")
         cfg["epsilon_high"] = p("eps_high")
+    if _has(formula_id, "aggregation") and p("aggregation") == "prompt_mean":
+        # Liger's dapo/cispo normalizer is the batch token count (no per-prompt normalizer); it equals
+        # the spec's prompt mean exactly when at most one group has an unmasked token
+        gids = inputs.get("group_ids")
+        _require(gids is not None and len({int(g) for g, n in zip(gids.tolist(), inputs["mask"].sum(-1).tolist())
+                                           if n > 0}) <= 1,
+                 "aggregation='prompt_mean' over several prompt groups (Liger normalizes by the batch token count)")
     if formula_id == "loss.dr_grpo":
         _require(p("divide_by") == "K*N", f"divide_by={p('divide_by')!r} (Liger divides by B * max_completion_length)")
         cfg["max_completion_length"] = p("divisor")

@@ -92,6 +92,25 @@ PARAM_MAP = {
         "sequence_token_counts": "(not supported)",
         "": "aggregate_loss(token_level_loss=False)",
     },
+    "loss.grpo": {
+        "eps_low": "PolicyLoss(clip_eps_low)", "eps_high": "PolicyLoss(clip_eps_high)",
+        "log_ratio_clamp": "(fixed 20)",
+        "is_level": '"token" -> PolicyLoss(is_correction_level="token", is_correction_gating="ratio"); "sequence", "geometric": not supported',
+        "is_mode": 'is_correction_mode: truncate -> "clip", mask -> "mask"',
+        "is_c_min": "is_correction_threshold[0] (null -> 0)", "is_c_max": "is_correction_threshold[1] (null -> inf)",
+        "is_log_ratio_clamp": "(fixed none)", "opsm_delta": "(not supported)", "entropy_quantile": "(not supported)",
+        "beta": "--algo.kl.init_coef (kl_ctl; KL term = aggregate_loss(compute_approx_kl(...), action_mask), token mean)",
+        "kl_estimator": "--algo.kl.estimator: k1, k2, k3 (unbiased_gradient=False)",
+        "kl_log_ratio_min": "(fixed none)", "kl_log_ratio_max": "(fixed none; k3: 10)",
+        "kl_output_min": "(fixed -10)", "kl_output_max": "(fixed 10)",
+        "": 'PolicyLoss(policy_loss_type="ppo", token_level_loss=False) (--actor.loss_agg_mode seq-mean) + beta * KL term, as ppo_actor.py',
+    },
+    "loss.bnpo": {"": 'as loss.grpo with PolicyLoss(token_level_loss=True) (--actor.loss_agg_mode token-mean)'},
+    "loss.dapo": {"aggregation": '"token_mean" -> token_level_loss=True; "prompt_mean": not supported',
+                  "": "as loss.bnpo"},
+    "loss.gspo": {"eps_low": "PolicyLoss(clip_eps_low)", "eps_high": "PolicyLoss(clip_eps_high)",
+                  "log_ratio_max": "(fixed none)", "is_level": '(fixed "none")',
+                  "": 'PolicyLoss(policy_loss_type="gspo") (always seq-mean) + beta * KL term, as loss.grpo'},
 }
 
 
@@ -285,6 +304,86 @@ def agg_sample_mean(inputs, params):
     return {"value": value}
 
 
+# loss recipes ----------------------------------------------------------------------------------
+#
+# OpenRLHF's actor loss is PolicyActor.training_step (trainer/ray/ppo_actor.py L303-338 at 0.11.2):
+#   actor_loss = PolicyLoss(...)(log_probs, old_log_probs, advantages, action_mask, rollout_log_probs)
+#   kl = compute_approx_kl(log_probs, base_log_probs, log_probs_old=old, kl_estimator=..., unbiased_gradient=...)
+#   loss = actor_loss + aggregate_loss(kl, action_mask) * kl_ctl
+# That file needs ray/DeepSpeed; the adapter makes the same three calls to OpenRLHF's own functions
+# (PolicyLoss, compute_approx_kl, aggregate_loss with the trainer's default token_level_loss=True).
+
+_RECIPE_KL = {"k1": "k1", "k2": "k2", "k3": "k3"}
+
+
+def _recipe_loss(fid, inputs, params, *, policy_loss_type, token_level_loss, clip=True):
+    import math
+
+    for name in ("opsm_delta", "entropy_quantile", "is_log_ratio_clamp"):
+        if _param(params, fid, name) is not None:
+            raise UnsupportedParameter(f"OpenRLHF {PINNED} PolicyLoss has no {name} (the case asks for {params[name]!r})")
+    kwargs = dict(clip_eps_low=_param(params, fid, "eps_low"), clip_eps_high=_param(params, fid, "eps_high"),
+                  token_level_loss=token_level_loss, policy_loss_type=policy_loss_type)
+    is_level = params.get("is_level", "none")
+    rollout = None
+    if is_level != "none":
+        if is_level != "token" or policy_loss_type != "ppo":
+            raise UnsupportedParameter(
+                f"OpenRLHF {PINNED} applies an IS weight only at token level (is_correction_level=token; its seq level "
+                f"keeps the token ratios of surviving sequences, and GSPO uses rollout log-probs as the ratio base); "
+                f"the case asks for is_level={is_level!r} with {policy_loss_type}")
+        mode = params.get("is_mode", "truncate")
+        c_min, c_max = _param(params, fid, "is_c_min"), _param(params, fid, "is_c_max")
+        kwargs.update(is_correction_level="token", is_correction_mode="clip" if mode == "truncate" else "mask",
+                      is_correction_gating="ratio",
+                      is_correction_threshold=(0.0 if c_min is None else c_min, math.inf if c_max is None else c_max))
+        rollout = inputs["sampler_logprobs"]
+    mods = _load()
+    fn = mods.loss.PolicyLoss(**kwargs)
+    loss, *_ = fn(inputs["logprobs"], inputs["old_logprobs"], _token_advantages(inputs), inputs["mask"],
+                  rollout_log_probs=rollout)
+    beta = _param(params, fid, "beta")
+    if beta:
+        estimator = params.get("kl_estimator", "k3")
+        if estimator not in _RECIPE_KL:
+            raise UnsupportedParameter(
+                f"OpenRLHF {PINNED} compute_approx_kl has k1, k2, k3 (and unbiased_gradient, which the trainer calls with "
+                f"log_probs_old: w = min(r, 10)); the case asks for kl_estimator={estimator!r}")
+        _fixed(params, fid, "kl_log_ratio_min", None)
+        _fixed(params, fid, "kl_log_ratio_max", 10 if estimator == "k3" else None)
+        _fixed(params, fid, "kl_output_min", -10)
+        _fixed(params, fid, "kl_output_max", 10)
+        kl = mods.utils.compute_approx_kl(inputs["logprobs"], inputs["ref_logprobs"], log_probs_old=inputs["old_logprobs"],
+                                          kl_estimator=_RECIPE_KL[estimator], unbiased_gradient=False)
+        loss = loss + mods.loss.aggregate_loss(kl, inputs["mask"]) * beta
+    return {"loss": loss}
+
+
+def loss_grpo(inputs, params):
+    _fixed(params, "loss.grpo", "log_ratio_clamp", 20)
+    return _recipe_loss("loss.grpo", inputs, params, policy_loss_type="ppo", token_level_loss=False)
+
+
+def loss_bnpo(inputs, params):
+    _fixed(params, "loss.bnpo", "log_ratio_clamp", 20)
+    return _recipe_loss("loss.bnpo", inputs, params, policy_loss_type="ppo", token_level_loss=True)
+
+
+def loss_dapo(inputs, params):
+    fid = "loss.dapo"
+    _fixed(params, fid, "log_ratio_clamp", 20)
+    aggregation = params.get("aggregation", "prompt_mean")
+    if aggregation != "token_mean":
+        raise UnsupportedParameter(f"OpenRLHF {PINNED} aggregate_loss has token-mean and seq-mean only; the case asks "
+                                   f"for aggregation={aggregation!r} (per-prompt token mean)")
+    return _recipe_loss(fid, inputs, params, policy_loss_type="ppo", token_level_loss=True)
+
+
+def loss_gspo(inputs, params):
+    _fixed(params, "loss.gspo", "log_ratio_max", None)
+    return _recipe_loss("loss.gspo", inputs, params, policy_loss_type="gspo", token_level_loss=False)
+
+
 IMPLEMENTATIONS = {
     "surrogate.ppo_clip": surrogate_ppo_clip,
     "surrogate.dual_clip": surrogate_dual_clip,
@@ -295,6 +394,10 @@ IMPLEMENTATIONS = {
     "kl.k3_straight_through": _kl("k3", straight_through=True),
     "agg.token_mean": agg_token_mean,
     "agg.sample_mean": agg_sample_mean,
+    "loss.grpo": loss_grpo,
+    "loss.dapo": loss_dapo,
+    "loss.bnpo": loss_bnpo,
+    "loss.gspo": loss_gspo,
 }
 
 

@@ -83,6 +83,28 @@ PARAM_MAP = {
                              "": 'AdvantageEstimatorRegistry "grpo", grpo_norm_by_std=True'},
     "adv.group_centered": {"singleton": '(fixed "mean0_std1")',
                            "": 'AdvantageEstimatorRegistry "grpo", grpo_norm_by_std=False'},
+    "loss.grpo": {
+        "eps_low": "eps_clip_low", "eps_high": "eps_clip_high", "log_ratio_clamp": "(fixed 20)",
+        "is_level": '"token" with is_mode "truncate" -> use_tis=true (regular/dual_clip losses only); others not supported',
+        "is_c_min": "(fixed none)", "is_c_max": "tis_imp_ratio_cap", "is_log_ratio_clamp": "(fixed 20: _safe_exp_delta)",
+        "opsm_delta": "(not supported)", "entropy_quantile": "(not supported)",
+        "beta": "use_kl_loss=true, kl_loss_coef (KL term = masked_mean(kl, loss_mask, dim=-1).mean(), as worker.py)",
+        "kl_estimator": "kl_estimator_type: k1, k2, k3, abs",
+        "kl_log_ratio_min": "(as kl.*: k3 fixed -20)", "kl_log_ratio_max": "(k3 fixed 20)",
+        "kl_output_min": "(k3 fixed -10)", "kl_output_max": "(k3 fixed 10)",
+        "": 'policy_loss_type="regular", loss_reduction="sequence_mean" + beta * KL term',
+    },
+    "loss.bnpo": {"": 'as loss.grpo with loss_reduction="token_mean"'},
+    "loss.dapo": {"aggregation": '"token_mean" only', "": 'as loss.bnpo'},
+    "loss.dr_grpo": {"divisor": "max_seq_len", "divide_by": '(fixed "K*N")',
+                     "": 'as loss.grpo with loss_reduction="seq_mean_token_sum_norm"'},
+    "loss.gspo": {"eps_low": "eps_clip_low", "eps_high": "eps_clip_high", "log_ratio_max": "(fixed 10)",
+                  "is_level": '(fixed "none")', "": 'policy_loss_type="gspo", loss_reduction="sequence_mean" + beta * KL term'},
+    "loss.cispo": {"eps_low": "cispo.cispo_eps_clip_low (null -> 1.0)", "eps_high": "cispo.cispo_eps_clip_high",
+                   "cap_form": '(fixed "relative")', "aggregation": '"token_mean" only', "log_ratio_clamp": "(fixed 20)",
+                   "is_level": '(fixed "none")', "": 'policy_loss_type="cispo", loss_reduction="token_mean" + beta * KL term'},
+    "loss.sapo": {"tau_pos": "sapo.tau_pos", "tau_neg": "sapo.tau_neg", "log_ratio_clamp": "(fixed 20)",
+                  "is_level": '(fixed "none")', "": 'policy_loss_type="sapo", loss_reduction="sequence_mean" + beta * KL term'},
 }
 
 
@@ -360,6 +382,118 @@ def adv_group_centered(inputs, params):
     return _grpo(inputs, 1e-6, False)
 
 
+# loss recipes ----------------------------------------------------------------------------------
+#
+# SkyRL's actor loss is PolicyWorkerBase.training_step (skyrl_train/workers/worker.py L657-691 at 0.3.1):
+#   policy_loss, _ = PolicyLossRegistry.get(policy_loss_type)(log_probs, old, advantages, config, loss_mask, rollout_logprobs)
+#   kl_loss = masked_mean(compute_approx_kl(log_probs, base_log_probs, loss_mask, kl_estimator_type), loss_mask, dim=-1).mean()
+#   loss = policy_loss + kl_loss * kl_loss_coef
+# worker.py needs ray and a model; the adapter makes the same calls to SkyRL's own ppo_utils functions.
+
+_RECIPE_KL = ("k1", "k2", "k3", "abs")
+
+
+def _recipe_loss(fid, inputs, params, *, policy_loss_type, loss_reduction, tis=False, max_seq_len=None, **extra):
+    for name in ("opsm_delta", "entropy_quantile"):
+        if _param(params, fid, name) is not None:
+            raise UnsupportedParameter(f"skyrl-train {PINNED} policy losses have no {name} (the case asks for {params[name]!r})")
+    overrides = dict(policy_loss_type=policy_loss_type, loss_reduction=loss_reduction, **extra)
+    if max_seq_len is not None:
+        overrides["max_seq_len"] = max_seq_len
+    is_level = params.get("is_level", "none")
+    rollout = None
+    if is_level != "none":
+        if not tis or is_level != "token" or params.get("is_mode", "truncate") != "truncate":
+            raise UnsupportedParameter(
+                f"skyrl-train {PINNED} has only token-level truncated IS (use_tis, tis_imp_ratio_cap) and only in the "
+                f"regular/dual_clip loss; the case asks for is_level={is_level!r}, is_mode={params.get('is_mode', 'truncate')!r} "
+                f"with {policy_loss_type}")
+        if _param(params, fid, "is_c_min") is not None:
+            raise UnsupportedParameter(f"skyrl-train {PINNED} TIS has no lower bound (is_c_min); the case asks for {params['is_c_min']!r}")
+        _fixed(params, fid, "is_log_ratio_clamp", 20)
+        cap = _param(params, fid, "is_c_max")
+        if cap is None:
+            raise UnsupportedParameter(f"skyrl-train {PINNED} TIS needs tis_imp_ratio_cap (is_c_max)")
+        overrides.update(use_tis=True, tis_imp_ratio_cap=cap)
+        rollout = inputs["sampler_logprobs"]
+    cfg = _config(**overrides)
+    ppo = _ppo()
+    logprobs = inputs["logprobs"]
+    mask = _loss_mask(inputs, logprobs)
+    loss, _ = ppo.PolicyLossRegistry.get(policy_loss_type)(logprobs, inputs["old_logprobs"], _token_advantages(inputs), cfg,
+                                                          loss_mask=mask, rollout_logprobs=rollout)
+    beta = _param(params, fid, "beta")
+    if beta:
+        estimator = params.get("kl_estimator", "k3")
+        if estimator not in _RECIPE_KL:
+            raise UnsupportedParameter(f"skyrl-train {PINNED} kl_estimator_type is k1, k2, k3 or abs; the case asks for {estimator!r}")
+        for name, fixed in zip(("kl_log_ratio_min", "kl_log_ratio_max", "kl_output_min", "kl_output_max"), _KL_CLAMPS[estimator]):
+            _fixed(params, fid, name, fixed)
+        kl = ppo.compute_approx_kl(logprobs, inputs["ref_logprobs"], loss_mask=mask, kl_estimator_type=estimator)
+        loss = loss + ppo.masked_mean(kl, mask, dim=-1).mean() * beta
+    return {"loss": loss}
+
+
+def loss_grpo(inputs, params):
+    fid = "loss.grpo"
+    _fixed(params, fid, "log_ratio_clamp", 20)
+    return _recipe_loss(fid, inputs, params, policy_loss_type="regular", loss_reduction="sequence_mean", tis=True,
+                        eps_clip_low=_param(params, fid, "eps_low"), eps_clip_high=_param(params, fid, "eps_high"))
+
+
+def _token_mean_ppo(fid, inputs, params):
+    _fixed(params, fid, "log_ratio_clamp", 20)
+    return _recipe_loss(fid, inputs, params, policy_loss_type="regular", loss_reduction="token_mean", tis=True,
+                        eps_clip_low=_param(params, fid, "eps_low"), eps_clip_high=_param(params, fid, "eps_high"))
+
+
+def loss_bnpo(inputs, params):
+    return _token_mean_ppo("loss.bnpo", inputs, params)
+
+
+def loss_dapo(inputs, params):
+    fid = "loss.dapo"
+    _only(params, fid, "aggregation", "token_mean")
+    return _token_mean_ppo(fid, inputs, params)
+
+
+def loss_dr_grpo(inputs, params):
+    fid = "loss.dr_grpo"
+    _fixed(params, fid, "log_ratio_clamp", 20)
+    _only(params, fid, "divide_by", "K*N")
+    divisor = float(_param(params, fid, "divisor"))
+    if divisor.is_integer() and abs(divisor) < 2**62:
+        divisor = int(divisor)  # max_seq_len is an integer in SkyRL's config
+    return _recipe_loss(fid, inputs, params, policy_loss_type="regular", loss_reduction="seq_mean_token_sum_norm",
+                        tis=True, max_seq_len=divisor,
+                        eps_clip_low=_param(params, fid, "eps_low"), eps_clip_high=_param(params, fid, "eps_high"))
+
+
+def loss_gspo(inputs, params):
+    fid = "loss.gspo"
+    _fixed(params, fid, "log_ratio_max", 10)
+    return _recipe_loss(fid, inputs, params, policy_loss_type="gspo", loss_reduction="sequence_mean",
+                        eps_clip_low=_param(params, fid, "eps_low"), eps_clip_high=_param(params, fid, "eps_high"))
+
+
+def loss_cispo(inputs, params):
+    fid = "loss.cispo"
+    _only(params, fid, "cap_form", "relative")
+    _only(params, fid, "aggregation", "token_mean")
+    _fixed(params, fid, "log_ratio_clamp", 20)
+    eps_low = _param(params, fid, "eps_low")
+    return _recipe_loss(fid, inputs, params, policy_loss_type="cispo", loss_reduction="token_mean",
+                        cispo={"cispo_eps_clip_low": 1.0 if eps_low is None else eps_low,
+                               "cispo_eps_clip_high": _param(params, fid, "eps_high")})
+
+
+def loss_sapo(inputs, params):
+    fid = "loss.sapo"
+    _fixed(params, fid, "log_ratio_clamp", 20)
+    return _recipe_loss(fid, inputs, params, policy_loss_type="sapo", loss_reduction="sequence_mean",
+                        sapo={"tau_pos": _param(params, fid, "tau_pos"), "tau_neg": _param(params, fid, "tau_neg")})
+
+
 IMPLEMENTATIONS = {
     "surrogate.ppo_clip": surrogate_ppo_clip,
     "surrogate.dual_clip": surrogate_dual_clip,
@@ -375,6 +509,13 @@ IMPLEMENTATIONS = {
     "agg.constant": agg_constant,
     "adv.group_normalized": adv_group_normalized,
     "adv.group_centered": adv_group_centered,
+    "loss.grpo": loss_grpo,
+    "loss.dapo": loss_dapo,
+    "loss.dr_grpo": loss_dr_grpo,
+    "loss.bnpo": loss_bnpo,
+    "loss.gspo": loss_gspo,
+    "loss.cispo": loss_cispo,
+    "loss.sapo": loss_sapo,
 }
 
 
