@@ -18,7 +18,7 @@ as a sum of non-negative terms for the same reason (see ``entropy_of``).
 
 from __future__ import annotations
 
-from mpmath import mp
+from mpmath import mp, mpf
 
 from ._ad import Var, exp, log1p, total, value_of
 from ._common import MASK, per_token, positions, require, token_output
@@ -83,9 +83,13 @@ def _argmax(zs):
 
 
 def _shifted(zs):
-    """(*, [z'_v - z'_* for v], s) with * = argmax and s = sum_{v != *} exp(z'_v - z'_*)."""
+    """(*, [z'_v - z'_* for v], s) with * = argmax and s = sum_{v != *} exp(z'_v - z'_*).
+
+    z'_* - z'_* is the constant 0, not a difference of two paths: the paths' +1 and -1 would be
+    summed at the leaf with the tiny log1p term in between (1 + 1e-87 - 1 = 0 at 60 digits).
+    """
     star = _argmax(zs)
-    diffs = [zs[v] - zs[star] for v in range(len(zs))]
+    diffs = [zs[v] - zs[star] if v != star else mpf(0) for v in range(len(zs))]
     s = total(exp(diffs[v]) for v in range(len(zs)) if v != star)
     return star, diffs, s
 

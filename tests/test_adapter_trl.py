@@ -5,7 +5,13 @@ import pytest
 pytest.importorskip("trl")
 
 from pgspec.conformance import golden  # noqa: E402
-from pgspec.conformance.runner import BAD_OUTCOMES, load_adapter, load_case, run_case  # noqa: E402
+from pgspec.conformance.runner import (  # noqa: E402
+    BAD_OUTCOMES,
+    load_adapter,
+    load_case,
+    property_results,
+    run_case,
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,3 +44,30 @@ def test_trl_delta_runs(adapter):
         c["id"].split("/", 1)[1] for c in golden.load_family("surrogate")["cases"]
         if c["formula"] == "surrogate.trl_delta")), "float64", "cpu")
     assert r.outcome in ("pass", "deviation")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_properties_have_no_unexplained_outcome(adapter, dtype):
+    pytest.importorskip("hypothesis")
+    bad = [f"{r.case_id} [{dtype}] {r.outcome}: {r.message.strip().splitlines()[-1] if r.message else ''}"
+           for r in property_results(adapter, dtype, "cpu", "*") if r.outcome in BAD_OUTCOMES]
+    assert not bad, "\n".join(bad[:20])
+
+
+def test_loss_recipe_passes(adapter):
+    # TRL's dapo normalizer over the whole batch = the spec's token_mean aggregation
+    r = run_case(adapter, load_case("loss.dapo/worked-example-token-mean"), "float64", "cpu")
+    assert r.outcome == "pass", r
+
+
+def test_declared_recipe_bug_reproduces(adapter):
+    # trl#6586: at importance_sampling_level="sequence" the KL bias correction uses the sequence ratio
+    r = run_case(adapter, load_case("loss.gspo/kl-k3_unbiased"), "float64", "cpu")
+    assert r.outcome == "deviation", r
+    assert r.deviation["kind"] == "bug"
+
+
+def test_gmpo_trainer_is_called(adapter):
+    # the experimental GMPOTrainer._compute_loss: the spec's worked example passes
+    r = run_case(adapter, load_case("loss.gmpo/worked-example"), "float64", "cpu")
+    assert r.outcome == "pass", r

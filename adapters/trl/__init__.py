@@ -39,6 +39,21 @@ class TRLAdapter(Adapter):
         return True, ""
 
 
+def _with_grad(fn):
+    """The read-outs differentiate TRL's scalar loss (see _engine.py), so they need autograd even when the
+    caller evaluates under ``torch.no_grad()`` (the finite differences of prop.gradient_fd do)."""
+
+    def run(inputs, params):
+        import torch
+
+        with torch.enable_grad():
+            return fn(inputs, params)
+
+    run.__name__ = getattr(fn, "__name__", "run")
+    run.__doc__ = fn.__doc__
+    return run
+
+
 def make_adapter() -> Adapter:
     v = _framework_version()
     deviations = load_deviations(Path(__file__).with_name("deviations.toml"))
@@ -46,6 +61,8 @@ def make_adapter() -> Adapter:
         return TRLAdapter(name="trl", framework="TRL (huggingface/trl)", version="not installed",
                           implementations={}, deviations=deviations)
     from .impls import IMPLEMENTATIONS, PARAM_MAP
+    from .gmpo import IMPLEMENTATIONS as GMPO
+    from .gmpo import PARAM_MAP as GMPO_MAP
     from .recipes import IMPLEMENTATIONS as RECIPES
 
     return TRLAdapter(
@@ -54,7 +71,7 @@ def make_adapter() -> Adapter:
         version=f"trl {v}",
         devices=("cpu",),
         dtypes=("float64", "float32", "bfloat16"),
-        implementations={**IMPLEMENTATIONS, **RECIPES},
-        param_map=PARAM_MAP,
+        implementations={k: _with_grad(f) for k, f in {**IMPLEMENTATIONS, **RECIPES, **GMPO}.items()},
+        param_map={**PARAM_MAP, **GMPO_MAP},
         deviations=deviations,
     )

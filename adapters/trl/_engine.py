@@ -42,12 +42,13 @@ def _accelerator(device):
 
 def make_stub(*, loss_type, level="token", eps_low=0.2, eps_high=0.2, delta=None, beta=0.0, bias_correction_kl=False,
               opsm_threshold=None, top_entropy_quantile=1.0, use_is=False, sapo_tau_pos=1.0, sapo_tau_neg=1.05,
-              vespo=(2.0, 3.0, 3.0, 2.0), max_completion_length=512, device="cpu"):
-    """A GRPOTrainer instance without __init__, carrying exactly the attributes _compute_loss reads."""
+              vespo=(2.0, 3.0, 3.0, 2.0), max_completion_length=512, device="cpu", trainer_cls=None):
+    """A GRPOTrainer (or subclass, e.g. the experimental GMPOTrainer) instance without __init__, carrying exactly
+    the attributes _compute_loss reads."""
     import torch
     from trl import GRPOTrainer
 
-    self = object.__new__(GRPOTrainer)
+    self = object.__new__(trainer_cls or GRPOTrainer)
     k_pos, lambda_pos, k_neg, lambda_neg = vespo
     self.args = types.SimpleNamespace(
         delta=delta, use_bias_correction_kl=bias_correction_kl,

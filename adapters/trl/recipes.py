@@ -61,9 +61,9 @@ def _config(fid, params, inputs):
         for name, value in VESPO_FIXED.items():
             _require(params, fid, name, value, "TRL hard-codes it in get_gamma_weights")
         kw["vespo"] = tuple(P(n) for n in ("k_pos", "lambda_pos", "k_neg", "lambda_neg"))
-    if level == "sequence" and kw["bias_correction_kl"] and kw["beta"] != 0:
-        raise UnsupportedParameter(f"{fid}: at importance_sampling_level='sequence' TRL multiplies the KL by the "
-                                   "sequence ratio (trl#6586), which is not kl.k3_unbiased")
+    if recipe == "vespo" and inputs.get("sampler_logprobs") is not None:
+        raise UnsupportedParameter(f"{fid}: TRL folds the vLLM IS ratio into phi, and computes that ratio inside "
+                                   "_generate_and_score_completions; no callable takes sampler log-probs")
     return loss_type, level, kw
 
 
@@ -102,6 +102,10 @@ def _loss(fid):
                 out = compute_loss(make_stub(loss_type=rt, level=level, use_is=True, **no_kl), **d, is_ratio=isr,
                                    num_items_in_batch=1)
                 (terms,) = _grad(out, isr)
+            if kw["beta"] != 0 and level == "sequence" and kw["bias_correction_kl"]:
+                # TRL multiplies the KL by the *sequence* ratio here (trl#6586); a token-level readout of the KL
+                # part would not be what TRL computes, so the optional ``terms`` output is left out
+                return {"loss": loss}
             if kw["beta"] != 0:
                 fm = m.to(lp.dtype).requires_grad_(True)
                 kl_kw = dict(beta=kw["beta"], bias_correction_kl=kw["bias_correction_kl"], eps_high=1.0)
