@@ -20,6 +20,8 @@ PY="$VENV/bin/python"
 # pgspec itself (editable) and its own dependencies
 "$PY" -m pip install "${PIP_ARGS[@]}" --no-deps -e "$ROOT"
 "$PY" -m pip install "${PIP_ARGS[@]}" mpmath jsonschema rich pytest "hypothesis>=6.100"
+# verl's actor loss (verl/workers/utils/losses.py, the loss.* recipes) imports verl.utils.dataset
+"$PY" -m pip install "${PIP_ARGS[@]}" datasets pillow
 
 "$PY" - <<'PY'
 import torch, importlib.metadata as md

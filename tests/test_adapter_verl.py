@@ -65,3 +65,24 @@ def test_vanilla_always_dual_clips():
 def test_param_map_covers_every_capability(adapter):
     assert set(adapter.param_map) >= adapter.capabilities()
     assert adapter.version == "0.9.1"
+
+
+def test_loss_recipe_goes_through_ppo_loss(adapter):
+    """loss.* is one call of verl's actor loss (workers/utils/losses.ppo_loss) and matches the reference."""
+    from verl.workers.utils import losses
+
+    calls = []
+    original = losses.ppo_loss
+    losses.ppo_loss = lambda *a, **k: calls.append(1) or original(*a, **k)
+    try:
+        r = run_case(adapter, load_case("loss.grpo/worked-example"), "float64", "cpu")
+    finally:
+        losses.ppo_loss = original
+    assert calls and r.outcome == "pass", r.message
+
+
+def test_loss_empty_row_convention_reproduces(adapter):
+    # verl's trainer passes global_batch_size = every row (empty ones too) to agg_loss (kind "convention")
+    r = run_case(adapter, load_case("loss.grpo/empty-sequence"), "float64", "cpu")
+    assert r.outcome == "deviation", r.message
+    assert r.deviation["kind"] == "convention"

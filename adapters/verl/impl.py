@@ -591,4 +591,8 @@ IMPLEMENTATIONS = {
     "is.reject": is_reject,
     "mask.geometric_sequence": geometric_sequence,
 }
+from .loss import IMPLEMENTATIONS as _LOSS_IMPLEMENTATIONS, PARAM_MAP as _LOSS_PARAM_MAP  # noqa: E402
+
+IMPLEMENTATIONS.update(_LOSS_IMPLEMENTATIONS)
+PARAM_MAP.update(_LOSS_PARAM_MAP)
 IMPLEMENTATIONS = {fid: compute_in_float32(fn) for fid, fn in IMPLEMENTATIONS.items()}
