@@ -6,6 +6,9 @@
 #   bash ci/conformance.sh              # all adapters
 #   bash ci/conformance.sh trl verl     # some
 #
+# PGSPEC_VENV_PATTERN (default ".ci-venvs/%s") places each framework's environment;
+# PGSPEC_SKIP_INSTALL=1 reuses environments that already exist there.
+#
 # Run it from an environment where pgspec is installed (README: install command).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,17 +29,20 @@ for name in "${adapters[@]}"; do
     pgspec run --adapter torch "${reports[@]}" || status=1
     continue
   fi
+  venv=$(printf "${PGSPEC_VENV_PATTERN:-$venvs/%s}" "$name")
   start=$(date +%s)
-  if ! bash "ci/install-$name.sh" "$venvs/$name"; then
+  if [ "${PGSPEC_SKIP_INSTALL:-0}" = 1 ] && [ -x "$venv/bin/python" ]; then
+    echo "reusing $venv"
+  elif ! bash "ci/install-$name.sh" "$venv"; then
     echo "ci/conformance.sh: installing $name failed" >&2
     status=1
     continue
   fi
   echo "installed $name in $(( $(date +%s) - start )) s"
   if [[ "$isolated" == *" $name "* ]]; then
-    pgspec run --adapter "$name" --python "$venvs/$name/bin/python" "${reports[@]}" || status=1
+    pgspec run --adapter "$name" --python "$venv/bin/python" "${reports[@]}" || status=1
   else
-    "$venvs/$name/bin/pgspec" run --adapter "$name" "${reports[@]}" || status=1
+    "$venv/bin/pgspec" run --adapter "$name" "${reports[@]}" || status=1
   fi
 done
 python -m pgspec.conformance.matrix "$json_dir"/*.json --out "$out/matrix.md" || status=1

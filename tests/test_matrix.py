@@ -1,0 +1,26 @@
+"""The committed conformance matrix and per-adapter reports are current with the golden corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pgspec.conformance import matrix
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "conformance"
+ADAPTERS = ("torch", "trl", "liger", "verl", "openrlhf", "skyrl", "areal")
+
+
+def test_committed_matrix_names_the_current_corpus():
+    committed = matrix.committed_digest(DOCS / "matrix.md")
+    assert committed is not None, f"{DOCS / 'matrix.md'} is missing or has no corpus digest line"
+    assert committed == matrix.corpus_digest(), (
+        "docs/conformance/matrix.md was made from another golden corpus; rerun `bash ci/conformance.sh` "
+        "and commit docs/conformance/"
+    )
+
+
+def test_every_adapter_has_its_report_and_a_matrix_row():
+    text = (DOCS / "matrix.md").read_text()
+    for name in ADAPTERS:
+        assert (DOCS / f"{name}.md").exists(), f"docs/conformance/{name}.md is missing"
+        assert f"| {name} |" in text, f"no row for {name} in docs/conformance/matrix.md"
