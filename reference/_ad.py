@@ -304,16 +304,29 @@ def backward(output, cotangent=1):
                 stack.append(p)
     for r in roots:
         grads[id(r)] = grads.get(id(r), 0) + cotangent
+    # A node's cotangent is the sum of its consumers' contributions.  They are collected and summed
+    # exactly (mp.fsum, one rounding), so that 1 + 1e-87 - 1 gives 1e-87 whatever the order: two
+    # paths through +x and -x must not wipe out a third, tiny one.
     get = grads.get
     for n in sorted(nodes.values(), key=_order, reverse=True):
         g = get(id(n))
         if g is None or not n.parents:
             continue
+        if type(g) is list:
+            g = grads[id(n)] = mp.fsum(g)
         for p, d in n.parents:
             pid = id(p)
             contribution = g if type(d) is int and d == 1 else g * d  # the int 1 of total() and +, -
             prev = get(pid)
-            grads[pid] = contribution if prev is None else prev + contribution
+            if prev is None:
+                grads[pid] = contribution
+            elif type(prev) is list:
+                prev.append(contribution)
+            else:
+                grads[pid] = [prev, contribution]
+    for k, g in grads.items():
+        if type(g) is list:
+            grads[k] = mp.fsum(g)
     return grads
 
 
@@ -330,8 +343,9 @@ def error_scales(output, leaves):
     of absolute terms for a reduction, weighted by how much each term's own error is amplified.
 
     Backward: the gradient of a leaf is a sum over paths of products of local derivatives; its
-    scale is sum over paths of prod |d_e| * (1 + sum over edges of (1 + E(n_e)/|n_e|)), which
-    bounds the error of evaluating those derivatives from rounded values.
+    scale is sum over paths of prod |d_e| * (1 + sum over inexact edges of (1 + E(n_e)/|n_e|)),
+    which bounds the error of evaluating those derivatives from rounded values (the +-1 edges of
+    sums and differences are exact and add nothing).
 
     Returns (scale of each output element as nested lists like ``output``, {id(leaf): scale}).
     """
@@ -395,7 +409,9 @@ def _scale_pass(order, nodes, roots, leaves, number):
         for p, d in n.parents:
             ad = abs(number(d))
             A[id(p)] = A.get(id(p), number(0)) + a * ad
-            C[id(p)] = C.get(id(p), number(0)) + step * ad
+            # the +-1 of a sum or difference is exact: only a derivative computed from a rounded
+            # value (exp's y, a product's other factor, ...) carries that value's relative error
+            C[id(p)] = C.get(id(p), number(0)) + (c if type(d) is int else step) * ad
     grad_scales = {id(leaf): A.get(id(leaf), number(0)) + C.get(id(leaf), number(0)) for leaf in leaves}
     return E, grad_scales
 

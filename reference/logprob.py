@@ -85,11 +85,11 @@ def _argmax(zs):
 def _shifted(zs):
     """(*, [z'_v - z'_* for v], s) with * = argmax and s = sum_{v != *} exp(z'_v - z'_*).
 
-    z'_* - z'_* is the constant 0, not a difference of two paths: the paths' +1 and -1 would be
-    summed at the leaf with the tiny log1p term in between (1 + 1e-87 - 1 = 0 at 60 digits).
+    The gradient at the max meets +1 and -1 (from z'_* - z'_*) and the tiny s/(1 + s); the backward
+    pass sums a node's contributions exactly, so 1 - p_* = 1e-87 survives (see _ad.backward).
     """
     star = _argmax(zs)
-    diffs = [zs[v] - zs[star] if v != star else mpf(0) for v in range(len(zs))]
+    diffs = [zs[v] - zs[star] for v in range(len(zs))]
     s = total(exp(diffs[v]) for v in range(len(zs)) if v != star)
     return star, diffs, s
 

@@ -127,3 +127,15 @@ def random_mask(rng: random.Random, B: int, T: int, p=0.8, min_len=1):
         n = rng.randint(min_len, T) if rng.random() < p else T
         rows.append([t < n for t in range(T)])
     return rows
+
+
+def torch_adapter_with(**overrides):
+    """The built-in torch adapter with some implementations replaced: ``family__name=fn`` replaces
+    formula ``family.name`` (the deliberately broken variants of the torch tests)."""
+    from pgspec.adapters.base import Adapter
+    from pgspec.conformance import runner
+
+    base = runner.load_adapter("torch")
+    impls = dict(base.implementations)
+    impls.update({fid.replace("__", "."): fn for fid, fn in overrides.items()})
+    return Adapter(name="torch-broken", framework="test", version="0", implementations=impls)

@@ -7,8 +7,8 @@ from functools import lru_cache
 import pytest
 import torch
 
-from pgspec.adapters.base import Adapter
 from pgspec.adapters.torch import kl as tkl
+from helpers import torch_adapter_with
 from pgspec.conformance import runner
 
 
@@ -24,12 +24,7 @@ def case(case_id):
     raise KeyError(case_id)
 
 
-def adapter_with(**overrides):
-    """The torch adapter with some kl implementations replaced."""
-    base = runner.load_adapter("torch")
-    impls = dict(base.implementations)
-    impls.update({fid.replace("__", "."): fn for fid, fn in overrides.items()})
-    return Adapter(name="torch-broken", framework="test", version="0", implementations=impls)
+adapter_with = torch_adapter_with
 
 
 def test_every_kl_formula_has_cases_of_every_required_category():

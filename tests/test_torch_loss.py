@@ -13,9 +13,9 @@ from functools import lru_cache
 
 import torch
 
-from pgspec.adapters.base import Adapter
 from pgspec.adapters.torch import loss as tl
 from pgspec.adapters.torch import surrogate as ts
+from helpers import torch_adapter_with
 from pgspec.conformance import runner
 
 
@@ -31,12 +31,7 @@ def case(case_id):
     raise KeyError(case_id)
 
 
-def adapter_with(**overrides):
-    """The torch adapter with some loss implementations replaced (loss__x -> loss.x)."""
-    base = runner.load_adapter("torch")
-    impls = dict(base.implementations)
-    impls.update({fid.replace("__", "."): fn for fid, fn in overrides.items()})
-    return Adapter(name="torch-broken", framework="test", version="0", implementations=impls)
+adapter_with = torch_adapter_with
 
 
 def outcome(adapter, case_id, dtype="float64"):
