@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PIP_CONSTRAINT="$PWD/constraints.txt"   # no CUDA build of torch, even in build environments
 out=docs/conformance
-json_dir=$(mktemp -d)
+json_dir=${PGSPEC_JSON_DIR:-$(mktemp -d)}   # the runs' JSON reports (the matrix is made from them)
 venvs=${PGSPEC_VENVS:-.ci-venvs}
 mkdir -p "$out" "$venvs"
 adapters=("$@")

@@ -210,7 +210,8 @@ class IsolatedAdapter:
         info = hello["adapter"]
         self.name = info["name"]
         self.framework = info["framework"]
-        self.version = info["version"] + f" (isolated: {python})"
+        self.version = info["version"] + " (isolated)"
+        self.python_path = python
         self.devices = tuple(info["devices"])
         self.dtypes = tuple(info["dtypes"])
         self._capabilities = set(info["capabilities"])

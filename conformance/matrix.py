@@ -43,7 +43,7 @@ def _cell(results):
         ratio = r.get("error_ratio")
         if isinstance(ratio, str):
             ratio = float(ratio)
-        if ratio is not None and r["outcome"] in ("pass", "deviation"):
+        if ratio is not None and r["outcome"] == "pass":
             worst = ratio if worst is None else max(worst, ratio)
     parts = [f"{counts.get('pass', 0)} pass"]
     for k in ("deviation", "unsupported", "fail", "error", "stale-deviation"):
@@ -67,8 +67,8 @@ def render(reports: list[dict], date: str | None = None) -> str:
         f"- date: {date}",
         f"- golden corpus digest: `{corpus_digest()}`",
         "",
-        "Each cell: outcome counts over the golden cases of that family and the worst error ratio "
-        "(error / bound, below 1 passes) among passing and deviating cases. `unsupported`: the "
+        "Each cell: outcome counts over the golden cases of that family (or the property checks of that "
+        "property) and the worst error ratio (error / bound, below 1 passes) among the passing ones. `unsupported`: the "
         "framework has no counterpart for that formula. Per-framework details and every deviation "
         "with its reason and source link: the framework's own page in this folder.",
         "",

@@ -13,7 +13,7 @@ def matrix(summary, dtypes):
     for r in summary.results:
         cell = table.setdefault(r.family, {}).setdefault(r.dtype, {"counts": dict.fromkeys(OUTCOMES, 0), "worst": None})
         cell["counts"][r.outcome] += 1
-        if r.error_ratio is not None and r.outcome in ("pass", "fail", "deviation", "stale-deviation"):
+        if r.error_ratio is not None and r.outcome in ("pass", "fail", "stale-deviation"):
             cell["worst"] = r.error_ratio if cell["worst"] is None else max(cell["worst"], r.error_ratio)
     return table
 
@@ -36,7 +36,7 @@ def print_matrix(summary, adapter, device, dtypes):
 
     console = Console()
     table = Table(title=f"pgspec conformance: {adapter.name} ({adapter.version}) on {device}; "
-                        "worst = largest error/bound")
+                        "worst = largest error/bound of the passing and failing cases")
     table.add_column("family")
     for d in dtypes:
         table.add_column(d)
@@ -100,7 +100,8 @@ def to_markdown(summary, adapter, device, dtypes) -> str:
         f"- device: {device}; dtypes: {', '.join(dtypes)}; date: {h['date']}",
         f"- golden corpus: pgspec {h['golden']['pgspec']}, mpmath {h['golden']['mpmath']}, dps {h['golden']['dps']}",
         "",
-        "Each cell: outcome counts and the worst error ratio (error / bound; below 1 passes).",
+        "Each cell: outcome counts and the worst error ratio (error / bound; below 1 passes) of the passing and "
+        "failing cases (declared deviations are listed below with their reasons).",
         "",
         "| family | " + " | ".join(dtypes) + " |",
         "|---|" + "---|" * len(dtypes),
@@ -109,10 +110,10 @@ def to_markdown(summary, adapter, device, dtypes) -> str:
         cells = [cell_text(m[fam][d]) if d in m[fam] else "-" for d in dtypes]
         lines.append(f"| {fam} | " + " | ".join(cells) + " |")
     lines.append("")
-    notable = [r for r in summary.results if r.outcome not in ("pass", "unsupported")]
-    if notable:
-        lines += ["## Failures, errors and deviations", ""]
-        for r in notable:
+    bad = [r for r in summary.results if r.outcome in ("fail", "error", "stale-deviation")]
+    if bad:
+        lines += ["## Failures, errors and stale deviations", ""]
+        for r in bad:
             lines.append(f"### `{r.case_id}` ({r.dtype}): {r.outcome}")
             lines.append("")
             if r.deviation:
@@ -121,6 +122,15 @@ def to_markdown(summary, adapter, device, dtypes) -> str:
             if r.message:
                 lines += ["```", r.message.strip(), "```", ""]
             lines += ["Reproduce:", "", "```python", r.repro.strip(), "```", ""]
+    deviations = [r for r in summary.results if r.outcome == "deviation"]
+    if deviations:
+        lines += ["## Declared deviations that reproduce", "",
+                  "| case | dtype | kind | reason | source |", "|---|---|---|---|---|"]
+        for r in deviations:
+            d = r.deviation
+            reason = d["reason"].replace("|", "\\|")
+            lines.append(f"| `{r.case_id}` | {r.dtype} | {d['kind']} | {reason} | [link]({d['link']}) |")
+        lines.append("")
     return "\n".join(lines) + "\n"
 
 

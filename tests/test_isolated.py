@@ -22,7 +22,7 @@ def test_isolated_torch_matches_in_process(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads((tmp_path / "r.json").read_text())
     assert {x["outcome"] for x in data["results"]} == {"pass"}
-    assert "isolated" in data["version"]
+    assert data["version"].endswith("(isolated)")
 
 
 def test_stdout_noise_from_the_framework_does_not_break_the_protocol():
