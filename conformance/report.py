@@ -129,7 +129,8 @@ def to_markdown(summary, adapter, device, dtypes) -> str:
         for r in deviations:
             d = r.deviation
             reason = d["reason"].replace("|", "\\|")
-            lines.append(f"| `{r.case_id}` | {r.dtype} | {d['kind']} | {reason} | [link]({d['link']}) |")
+            source = f"[link]({d['link']})" if d["link"].startswith(("http://", "https://")) else f"`{d['link']}`"
+            lines.append(f"| `{r.case_id}` | {r.dtype} | {d['kind']} | {reason} | {source} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 
