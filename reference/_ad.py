@@ -35,12 +35,15 @@ _HALF = mpf(1) / 2
 class Var:
     """A differentiable mpf value: ``value`` and ``parents`` = ((operand, d self / d operand), ...)."""
 
-    __slots__ = ("value", "parents", "order", "rounding", "source")
+    __slots__ = ("value", "parents", "order", "rounding", "source", "dscale")
 
-    def __init__(self, value, parents=(), rounding=None, source=None):
+    def __init__(self, value, parents=(), rounding=None, source=None, dscale=None):
         self.value = value
         self.parents = parents
         self.order = next(_ids)
+        # For a fused node: per operand, the error (in units of u) with which the formula as usually
+        # written computes that local derivative; None: derived from the node's own rounding.
+        self.dscale = dscale
         # For sg[x]: the node x whose value this is.  It carries x's rounding error (error_scales
         # follows it) but no derivative (backward does not).
         self.source = source
@@ -406,12 +409,16 @@ def _scale_pass(order, nodes, roots, leaves, number):
             continue
         c = C[id(n)]
         step = c + a * rel[id(n)]
-        for p, d in n.parents:
+        ds = n.dscale
+        for k, (p, d) in enumerate(n.parents):
             ad = abs(number(d))
             A[id(p)] = A.get(id(p), number(0)) + a * ad
-            # the +-1 of a sum or difference is exact: only a derivative computed from a rounded
-            # value (exp's y, a product's other factor, ...) carries that value's relative error
-            C[id(p)] = C.get(id(p), number(0)) + (c if type(d) is int else step) * ad
+            if ds is not None:  # a fused node states its derivatives' error
+                C[id(p)] = C.get(id(p), number(0)) + c * ad + a * number(ds[k])
+            else:
+                # the +-1 of a sum or difference is exact: only a derivative computed from a rounded
+                # value (exp's y, a product's other factor, ...) carries that value's relative error
+                C[id(p)] = C.get(id(p), number(0)) + (c if type(d) is int else step) * ad
     grad_scales = {id(leaf): A.get(id(leaf), number(0)) + C.get(id(leaf), number(0)) for leaf in leaves}
     return E, grad_scales
 
