@@ -33,7 +33,75 @@ def logprob_value(e: int, m: int) -> float:
 
 
 def generate_inputs(spec: dict) -> dict:
-    """Make the inputs a ``Generated`` recipe (as its JSON dict) describes.
+    """Make the inputs a ``Generated`` recipe describes (vectorized; the same numbers as
+    ``generate_inputs_reference``, the procedure as documented, which a test checks)."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency; the reference needs nothing
+        return generate_inputs_reference(spec)
+    return _generate_numpy(spec, np)
+
+
+_GAMMA = 0x9E3779B97F4A7C15
+_C1 = 0xBF58476D1CE4E5B9
+_C2 = 0x94D049BB133111EB
+
+
+def _draws(np, seed: int, first: int, count: int):
+    """The SplitMix64 outputs number first+1 .. first+count: the state after k calls is
+    seed + k * gamma (mod 2^64), so every draw can be computed independently."""
+    k = np.arange(first + 1, first + count + 1, dtype=np.uint64)
+    z = np.uint64(seed & MASK64) + k * np.uint64(_GAMMA)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_C1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_C2)
+    return z ^ (z >> np.uint64(31))
+
+
+def _generate_numpy(spec: dict, np) -> dict:
+    B, T = spec["B"], spec["T"]
+    fields = set(spec["fields"])
+    lengths = spec.get("lengths") or [T] * B
+    primary = "logprobs" if "logprobs" in fields else "values" if "values" in fields else None
+    extra = [(n, w) for n, w in (("old_logprobs", 3), ("sampler_logprobs", 3), ("ref_logprobs", 4)) if n in fields]
+    D = 2 + len(extra)
+    P = B * T
+    with np.errstate(over="ignore"):
+        raw = _draws(np, spec["seed"], 0, P * D).reshape(P, D)
+        e = (raw[:, 0] % np.uint64(11)).astype(np.int64)
+        m = (raw[:, 1] % np.uint64(128)).astype(np.int64)
+        scale = np.ldexp(1.0, -e)
+        out = {}
+        if primary:
+            out[primary] = (-(1.0 + m / 128.0) * scale).reshape(B, T).tolist()
+        for slot, (name, spread) in enumerate(extra, start=2):
+            j = (raw[:, slot] % np.uint64(2 * spread + 1)).astype(np.int64) - spread
+            mj = np.clip(m + j, 0, 127)
+            out[name] = (-(1.0 + mj / 128.0) * scale).reshape(B, T).tolist()
+        used = P * D
+        if "advantages" in fields:
+            a = (_draws(np, spec["seed"], used, B) % np.uint64(17)).astype(np.int64)
+            out["advantages"] = ((a - 8) / 8.0).tolist()
+            used += B
+        if "rewards" in fields:
+            r = (_draws(np, spec["seed"], used, B) % np.uint64(2)).astype(np.int64)
+            out["rewards"] = r.astype(np.float64).tolist()
+    _add_structure(out, spec, fields, B, T, lengths)
+    return out
+
+
+def _add_structure(out, spec, fields, B, T, lengths):
+    if "mask" in fields:
+        out["mask"] = [[t < lengths[b] for t in range(T)] for b in range(B)]
+    if "group_ids" in fields:
+        groups = spec.get("groups") or 1
+        out["group_ids"] = [b % groups for b in range(B)]
+    if "document_ids" in fields:
+        docs = spec.get("documents") or 1
+        out["document_ids"] = [[b * docs + (t * docs) // T for t in range(T)] for b in range(B)]
+
+
+def generate_inputs_reference(spec: dict) -> dict:
+    """Make the inputs a ``Generated`` recipe (as its JSON dict) describes, draw by draw.
 
     For each sequence b and position t, in that order (b outer, t inner), the generator draws:
     e = below(11), m = below(128) -> logprobs (or values, for an aggregator) = -(1 + m/128) 2^-e; then for old_logprobs and
@@ -69,12 +137,5 @@ def generate_inputs(spec: dict) -> dict:
         out["advantages"] = [(rng.below(17) - 8) / 8 for _ in range(B)]
     if "rewards" in fields:
         out["rewards"] = [float(rng.below(2)) for _ in range(B)]
-    if "mask" in fields:
-        out["mask"] = [[t < lengths[b] for t in range(T)] for b in range(B)]
-    if "group_ids" in fields:
-        groups = spec.get("groups") or 1
-        out["group_ids"] = [b % groups for b in range(B)]
-    if "document_ids" in fields:
-        docs = spec.get("documents") or 1
-        out["document_ids"] = [[b * docs + (t * docs) // T for t in range(T)] for b in range(B)]
+    _add_structure(out, spec, fields, B, T, lengths)
     return out
