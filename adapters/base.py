@@ -42,13 +42,17 @@ class Deviation:
         return self.id in (case_id, formula_id)
 
 
-def load_deviations(path: Path) -> list[Deviation]:
-    """Read a deviations.toml; every entry needs id, kind, reason and link."""
+def load_deviations(path: Path, keep=None) -> list[Deviation]:
+    """Read a deviations.toml; every entry needs id, kind, reason and link.
+
+    ``keep(entry)`` selects entries by any extra key of the adapter's own (e.g. a code path)."""
     if not path.exists():
         return []
     data = tomllib.loads(path.read_text())
     out = []
     for k, entry in enumerate(data.get("deviation", [])):
+        if keep is not None and not keep(entry):
+            continue
         missing = [key for key in ("id", "kind", "reason", "link") if not entry.get(key)]
         if missing:
             raise ValueError(f"{path}: deviation #{k + 1} lacks {', '.join(missing)}")

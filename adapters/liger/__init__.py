@@ -16,11 +16,11 @@ liger_kernel is imported lazily: this module imports without it, and ``available
 from __future__ import annotations
 
 import importlib.util
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..base import DEVIATION_KINDS, Adapter, Deviation
+from .. import base
+from ..base import Adapter, Deviation
 
 FRAMEWORK = "Liger-Kernel"
 DISTRIBUTION = "liger-kernel"
@@ -40,22 +40,8 @@ def framework_version() -> str | None:
 
 
 def load_deviations(path: Path, path_name: str) -> list[Deviation]:
-    """deviations.toml entries of one code path (key ``path``: chunked (default), fused, triton)."""
-    if not path.exists():
-        return []
-    data = tomllib.loads(path.read_text())
-    out = []
-    for k, entry in enumerate(data.get("deviation", [])):
-        missing = [key for key in ("id", "kind", "reason", "link") if not entry.get(key)]
-        if missing:
-            raise ValueError(f"{path}: deviation #{k + 1} lacks {', '.join(missing)}")
-        if entry["kind"] not in DEVIATION_KINDS:
-            raise ValueError(f"{path}: deviation #{k + 1} kind must be one of {DEVIATION_KINDS}")
-        paths = entry.get("paths", ["chunked"])
-        if path_name in paths:
-            out.append(Deviation(entry["id"], entry["kind"], entry["reason"], entry["link"],
-                                 tuple(entry.get("dtypes", ()))))
-    return out
+    """deviations.toml entries of one code path (key ``paths``: chunked (default), fused, triton)."""
+    return base.load_deviations(path, keep=lambda entry: path_name in entry.get("paths", ["chunked"]))
 
 
 @dataclass
