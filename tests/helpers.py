@@ -6,6 +6,7 @@ calls it.
 
 from __future__ import annotations
 
+import functools
 import random
 
 from mpmath import mp, mpf
@@ -139,3 +140,19 @@ def torch_adapter_with(**overrides):
     impls = dict(base.implementations)
     impls.update({fid.replace("__", "."): fn for fid, fn in overrides.items()})
     return Adapter(name="torch-broken", framework="test", version="0", implementations=impls)
+
+
+@functools.lru_cache(maxsize=16)
+def family_cases(glob: str) -> tuple:
+    """The golden cases whose formula or case ID matches ``glob`` (loaded once per glob)."""
+    from pgspec.conformance import runner
+
+    return tuple(runner.select_cases(glob))
+
+
+def golden_case(case_id: str) -> dict:
+    """One golden case by its ID."""
+    for c in family_cases(case_id.split("/", 1)[0].split(".", 1)[0] + ".*"):
+        if c["id"] == case_id:
+            return c
+    raise KeyError(case_id)

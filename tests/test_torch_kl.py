@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import pytest
 import torch
 
 from pgspec.adapters.torch import kl as tkl
-from helpers import torch_adapter_with
+from helpers import family_cases, golden_case, torch_adapter_with
 from pgspec.conformance import runner
 
 
-@lru_cache(maxsize=1)
 def kl_cases():
-    return runner.select_cases("kl.*")
+    return family_cases("kl.*")
 
 
-def case(case_id):
-    for c in kl_cases():
-        if c["id"] == case_id:
-            return c
-    raise KeyError(case_id)
+case = golden_case
 
 
 adapter_with = torch_adapter_with

@@ -9,26 +9,19 @@ denominator.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 
 from pgspec.adapters.torch import loss as tl
 from pgspec.adapters.torch import surrogate as ts
-from helpers import torch_adapter_with
+from helpers import family_cases, golden_case, torch_adapter_with
 from pgspec.conformance import runner
 
 
-@lru_cache(maxsize=1)
 def loss_cases():
-    return runner.select_cases("loss.*")
+    return family_cases("loss.*")
 
 
-def case(case_id):
-    for c in loss_cases():
-        if c["id"] == case_id:
-            return c
-    raise KeyError(case_id)
+case = golden_case
 
 
 adapter_with = torch_adapter_with

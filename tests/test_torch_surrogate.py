@@ -7,25 +7,18 @@ through torch.sigmoid loses digits of 1 - sigma(x); the golden cases catch both.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 
 from pgspec.adapters.torch import surrogate as ts
-from helpers import torch_adapter_with
+from helpers import family_cases, golden_case, torch_adapter_with
 from pgspec.conformance import runner
 
 
-@lru_cache(maxsize=1)
 def surrogate_cases():
-    return runner.select_cases("surrogate.*")
+    return family_cases("surrogate.*")
 
 
-def case(case_id):
-    for c in surrogate_cases():
-        if c["id"] == case_id:
-            return c
-    raise KeyError(case_id)
+case = golden_case
 
 
 adapter_with = torch_adapter_with
