@@ -97,6 +97,7 @@ def _run(args) -> int:
         if not ok:
             console.print(f"pgspec run: device {args.device!r} is not available: {why}")
             return 2
+        runner.check_declarations(adapter)
         cases = runner.select_cases(args.formulas)
     except runner.RunError as e:
         console.print(f"pgspec run: {e}")
@@ -120,6 +121,7 @@ def _run(args) -> int:
                                                                adapter_spec=args.adapter))
         if isolated is not None:
             adapter.close()
+    summary.finalize()
     report.print_matrix(summary, adapter, args.device, dtypes)
     for spec in args.report or []:
         kind, _, path = spec.partition(":")
@@ -135,7 +137,7 @@ def _adapters(args) -> int:
     from . import runner
 
     table = Table(title="pgspec adapters")
-    for col in ("name", "available", "framework", "version", "formulas", "deviations"):
+    for col in ("name", "available", "framework", "version", "formulas", "declarations"):
         table.add_column(col)
     for name in sorted(runner.BUILTIN_ADAPTERS):
         try:
