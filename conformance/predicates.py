@@ -163,3 +163,17 @@ def truncated_is_lower_bound(case: dict) -> bool:
     p = _params(case)
     return (p.get("is_level", "none") != "none" and p.get("is_mode") == "truncate"
             and p.get("is_c_min") is not None)
+
+
+def clamped_kl_k1_k2_abs(case: dict) -> bool:
+    """The case has a KL term (``beta`` > 0) with the k1, k2 or abs estimator and sets one of its clamps
+    (``kl_log_ratio_min``, ``kl_log_ratio_max``, ``kl_output_min`` or ``kl_output_max`` not null)."""
+    p = _params(case)
+    beta = p.get("beta")
+    try:
+        beta = float(beta) if beta is not None else 0.0
+    except (TypeError, ValueError):
+        return False
+    if not beta > 0 or p.get("kl_estimator") not in ("k1", "k2", "abs"):
+        return False
+    return any(p.get(k) is not None for k in ("kl_log_ratio_min", "kl_log_ratio_max", "kl_output_min", "kl_output_max"))
