@@ -31,6 +31,8 @@ RESEARCH_SECTION = re.compile(r"\bresearch\b[^.\n]{0,40}§", re.I)  # "research 
 NOTE_NAME = re.compile(r"\b(" + "|".join(re.escape(n) for n in OUTSIDE_NOTES) + r")(\.md)?\b")
 MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 BACKTICK_MD = re.compile(r"`([\w./-]+\.md)`")
+BACKTICK_PATH = re.compile(r"`([\w.-]+(?:/[\w.-]+)+\.(?:py|sh|yaml|yml|toml|json|cfg|txt|ipynb))`")
+LINKED_TEXT = re.compile(r"\[[^\]]*\]\(https?://[^)\s]+\)")
 GITHUB_REF = re.compile(
     r"https?://(?:github\.com/[\w.-]+/[\w.-]+/(?:blob|tree|raw)|raw\.githubusercontent\.com/[\w.-]+/[\w.-]+)"
     r"/([^/\s)#]+)"
@@ -63,6 +65,10 @@ def problems(text: str, page: Path) -> list[str]:
             path = (page.parent / target.split("#", 1)[0]).resolve()
             if not path.exists():
                 bad("relative link to a file that is not in the repository", target)
+        for m in BACKTICK_PATH.finditer(LINKED_TEXT.sub("", line)):
+            name = m.group(1)
+            if not (ROOT / name).exists():
+                bad("file path outside the repository without a link to it", name)
         for m in BACKTICK_MD.finditer(line):
             name = m.group(1)
             if not any((base / name).exists() for base in (page.parent, ROOT, ROOT / "docs")):
@@ -91,6 +97,7 @@ def test_every_citation_is_checkable(page):
         "[code](https://raw.githubusercontent.com/THUDM/slime/HEAD/slime/utils/ppo_utils.py)",
         "[notes](../research/notes.md)",
         "as `somewhere-else.md` says",
+        "the runs use 3000 (`understand-r1-zero/examples/qwen2.5-math-7b.sh`)",
     ],
 )
 def test_checker_flags_uncheckable_citations(line):
@@ -105,6 +112,7 @@ def test_checker_flags_uncheckable_citations(line):
         "[DAPO Eq. 8](https://arxiv.org/abs/2503.14476), DAPO §4.1, PPO paper §6",
         "see {ref}`agg.token_mean` and [conventions](conventions.md)",
         "[issue](https://github.com/THUDM/slime/issues/2060)",
+        "the reference (`reference/kl.py`) and [`trl/trainer/grpo_trainer.py`](https://github.com/huggingface/trl/blob/v1.16.0/trl/trainer/grpo_trainer.py#L1)",
     ],
 )
 def test_checker_accepts_checkable_citations(line):
