@@ -136,6 +136,9 @@ ROWS = [
     row("trl-4891", "OPSM statistic as staleness + sampling mismatch ($\\ell - \\ell^{old}$ plus $\\ell^{old} - \\ell^{\\mu}$)",
         "@mask.opsm@ `seq_stat` $= \\mathrm{mean}_t(\\ell^{\\mu} - \\ell)$ (the same number)",
         "mask.opsm/default-delta", "seq_stat[0]"),
+    row("trl-4891", "OPSM gated by each token's own advantage (DeepSeek-V3.2 Eq. 9 read per token; the default gates on the sequence mean)",
+        "@mask.opsm@ `advantage_gate=\"token\"` (default `\"sequence_mean\"`)", "mask.opsm/token-gate-token-advantages",
+        "keep[0][0]", seeds=True),
     # ---- Fast-LLM #502 ----------------------------------------------------------------------
     row("fast-llm-502", '`policy_loss="gspo"` over packed documents: per-document geometric-mean ratio, clipped per document',
         "@surrogate.gspo_document@ `eps_low`, `eps_high`", "surrogate.gspo_document/three-documents", "loss[0]", seeds=True),
