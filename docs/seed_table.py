@@ -93,7 +93,7 @@ ROWS = [
         "@loss.gspo@ `is_level=\"token\"`, `is_c_min=null`, `is_c_max=null` (@is.token.truncate@)",
         "loss.gspo/nemo-rl-2269-token", "loss", seeds=True),
     row("nemo-rl-2269", "default `is_correction_level=None`: `sequence` if `sequence_level_importance_ratios` else `token`",
-        "@is-correction-level@: `is_level` = `sequence` if `sequence_level_importance_ratios` else `token`",
+        "@is-correction-level@: @loss.gspo@ `is_level` = `sequence` if `sequence_level_importance_ratios` else `token`",
         "loss.gspo/nemo-rl-2269-sequence", "loss", seeds=True),
     row("nemo-rl-2269", "untruncated IS weight (no `truncated_importance_sampling_ratio`)",
         "@is.sequence.truncate@ `c_min=null`, `c_max=null`",
