@@ -27,7 +27,7 @@ OUTSIDE_NOTES = (
 )
 
 MD_SECTION = re.compile(r"[\w.-]+\.md`?\s*§")                  # `notes.md` §2.3, notes.md §2
-RESEARCH_SECTION = re.compile(r"\bresearch\b[^.\n]{0,40}§", re.I)  # "research §9.1", "(research, §4)"
+RESEARCH_SECTION = re.compile(r"\bresearch\b[^.\n]{0,40}(§|\]\(|`)", re.I)  # "research §9.1", "research [..](..)", "research `x`"
 NOTE_NAME = re.compile(r"\b(" + "|".join(re.escape(n) for n in OUTSIDE_NOTES) + r")(\.md)?\b")
 MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
 BACKTICK_MD = re.compile(r"`([\w./-]+\.md)`")
@@ -90,6 +90,7 @@ def test_every_citation_is_checkable(page):
     [
         "TRL does not clamp (research `trl_liger.md` §2.3).",
         "the invariant (research §9.1)",
+        "Research [TRL](https://github.com/huggingface/trl/blob/v1.16.0/trl/trainer/grpo_trainer.py#L1).",
         "see nemorl_slime_fastllm_megatron.md for the layout",
         "[code](https://github.com/volcengine/verl/blob/main/verl/trainer/ppo/core_algos.py#L10)",
         "[code](https://github.com/huggingface/trl/blob/master/trl/trainer/grpo_trainer.py#L3083)",
