@@ -26,8 +26,13 @@ import types
 from collections import defaultdict
 
 
-class UnsupportedParameter(NotImplementedError):
-    """A spec parameter value that TRL 1.16.0 has no configuration for."""
+from pgspec.conformance.properties import Unsupported
+
+
+class UnsupportedParameter(Unsupported, NotImplementedError):
+    """A spec parameter value (or input form) that TRL 1.16.0 has no configuration for.  The declared
+    capabilities (deviations.toml) keep golden cases outside them from reaching the adapter; a property
+    example outside them raises this, which the property runner reports as ``unsupported``."""
 
 
 def _accelerator(device):
