@@ -24,9 +24,9 @@ hands exactly 1 to every unmasked token, which is the spec's gradient of the sum
 per-token losses.  ``surrogate.gspo`` (one loss per sequence) calls AReaL once per row: the token
 mean of a row whose every token carries the sequence loss is that loss.
 
-Functions without a mask argument (``KLEstimator``, ``Normalization``) get padding filled with 0,
-as AReaL's padded batches have it; functions with ``loss_mask`` get the canonical inputs as they
-are (NaN/inf at masked positions included), so their masking is what is tested.
+``KLEstimator`` (no mask argument) gets the log-probs multiplied by the mask, as AReaL's actor does
+before calling it (``old_logp *= loss_mask``); functions with ``loss_mask`` get the canonical inputs as
+they are (NaN/inf at masked positions included), so their masking is what is tested.
 """
 
 from __future__ import annotations
@@ -255,10 +255,10 @@ def surrogate_sapo(inputs, params):
 
 # ------------------------------------------------------------------------------------------- kl
 
-def _fill(x, mask):
-    import torch
-
-    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+def _masked(x, mask):
+    """AReaL's own preprocessing before KLEstimator: ``old_logp *= loss_mask``, ``ref_logp *= loss_mask``
+    (trainer/ppo/actor.py#L195-L196), a product, so NaN/inf at a masked position stays NaN."""
+    return x * mask.to(x.dtype)
 
 
 def _kl(fid):
@@ -277,7 +277,7 @@ def _kl(fid):
             _unsupported(fid, f"output clamp [{lo}, {hi}]: KLEstimator's apply_clamp is [-10, 10] or none")
         m = inputs["mask"]
         # AReaL: log_probs - log_probs_base = l - l_ref = -x
-        kl = KLEstimator(estimator, apply_clamp=clamp)(_fill(inputs["logprobs"], m), _fill(inputs["ref_logprobs"], m))
+        kl = KLEstimator(estimator, apply_clamp=clamp)(_masked(inputs["logprobs"], m), _masked(inputs["ref_logprobs"], m))
         return {"kl": kl}
 
     run.__name__ = fid.replace(".", "_")
