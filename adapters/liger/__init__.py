@@ -39,10 +39,17 @@ def framework_version() -> str | None:
         return None
 
 
-def load_deviations(path: Path):
-    """The declarations file (spec/verdicts.md), shared by the three code paths: its capabilities are
-    Liger's configuration space; its rules describe the chunked path that CI runs."""
-    return base.load_deviations(path)
+def load_deviations(path: Path, rules: bool = True):
+    """The declarations file (spec/verdicts.md), shared by the code paths: its capabilities are Liger's
+    configuration space; its rules describe the loss math of ``ppo_loss_fn`` (the chunked path that CI
+    runs, and the fused path, which calls the same function).  The Triton kernel is other code, so it
+    takes the unsupported formulas and capabilities only (``rules=False``)."""
+    decl = base.load_deviations(path)
+    if not rules:
+        from pgspec.conformance.declarations import Declarations
+
+        decl = Declarations(decl.path, list(decl.unsupported), list(decl.capabilities), [])
+    return decl
 
 
 @dataclass
@@ -101,5 +108,5 @@ def make_triton_adapter() -> Adapter:
     return LigerAdapter(
         name="liger-triton", framework=FRAMEWORK, version=_version(), devices=("cpu", "cuda"),
         dtypes=("float32", "bfloat16"), implementations=dict(triton_path.IMPLEMENTATIONS),
-        param_map=_param_map(triton_path.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS),
+        param_map=_param_map(triton_path.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS, rules=False),
         needs_triton=True)
