@@ -32,6 +32,7 @@ def cell_text(cell) -> str:
 
 def print_matrix(summary, adapter, device, dtypes):
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
@@ -55,7 +56,8 @@ def print_matrix(summary, adapter, device, dtypes):
     console.print(table)
     bad = [r for r in summary.results if r.outcome in ("fail", "error", "stale-deviation")]
     for r in bad[:20]:
-        console.print(f"[red]{r.outcome}[/red] {r.case_id} [{r.dtype}]: {r.message.strip().splitlines()[-1] if r.message else ''}")
+        line = r.message.strip().splitlines()[-1] if r.message else ""
+        console.print(f"[red]{r.outcome}[/red] {escape(f'{r.case_id} [{r.dtype}]')}: {escape(line)}", soft_wrap=True)
     if len(bad) > 20:
         console.print(f"... and {len(bad) - 20} more (see --report json:PATH)")
     total = {k: sum(1 for r in summary.results if r.outcome == k) for k in OUTCOMES}
