@@ -134,9 +134,7 @@ def _take_node_id_args(config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection(session):
-    config = session.config
-    if getattr(config, "_pgspec_adapter", None) is not None:
-        config._pgspec_selectors = _take_node_id_args(config)
+    session.config._pgspec_selectors = _take_node_id_args(session.config)
 
 
 def pytest_collection_modifyitems(session, config, items):
