@@ -5,10 +5,10 @@ user's own repository (imported from the current folder).  Each (case, dtype) be
 whose node ID is ``pgspec::<case ID>[<dtype>]``, e.g. ``pgspec::kl.k3/two-tokens[float32]``; that
 ID, or a prefix of it (``pgspec::kl.k3``, ``pgspec``), passed back on the command line reruns just
 those tests.  pass -> passed; fail, error or stale-deviation -> failed (with the first failing
-element, a repro snippet and the command that reruns the test); a declared deviation -> xfailed
-with its reason and link.  Cases of formulas the adapter does not implement, and dtypes it does not
-support, are deselected (one summary line says how many), not skipped one by one.  Without the
-option the plugin does nothing.
+element, a repro snippet and the command that reruns the test); a declared bug or convention ->
+xfailed with its reason and link.  Cases of formulas the adapter does not implement, dtypes it does
+not support, and cases outside its declared capabilities are deselected (one summary line says how
+many), not skipped one by one.  Without the option the plugin does nothing.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ class PgspecItem(pytest.Item):
             self.user_properties.append(("pgspec_error_ratio", result.error_ratio))
         if result.outcome == "pass":
             return
-        if result.outcome == "unsupported":  # not reached for deselected cases; kept for safety
+        if result.outcome in ("unsupported", "not-applicable"):  # deselected at collection; kept for safety
             pytest.skip(result.message)
-        if result.outcome == "deviation":
-            d = result.deviation
+        if result.outcome in ("bug", "convention"):
+            d = result.declaration
             pytest.xfail(f"declared {d['kind']}: {d['reason']} ({d['link']})")
         raise PgspecFailure(result)
 
@@ -142,6 +142,7 @@ def pytest_collection_modifyitems(session, config, items):
     if adapter is None:
         return
     selectors = getattr(config, "_pgspec_selectors", [])
+    from pgspec.conformance import runner
     from pgspec.conformance.runner import RunError
 
     collector = PgspecCollector.from_parent(session, name="pgspec", nodeid="pgspec")
@@ -152,7 +153,8 @@ def pytest_collection_modifyitems(session, config, items):
     # reported like any collected node, so that "collected N items / M deselected" adds up
     config.hook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, collected))
     implemented = adapter.capabilities()
-    kept, unimplemented, no_dtype, unselected = [], [], [], []
+    declarations = runner.declarations_of(adapter)
+    kept, unimplemented, no_dtype, outside, unselected = [], [], [], [], []
     for item in collected:
         if selectors and not _selected_by_args(item.nodeid, selectors):
             unselected.append(item)
@@ -160,15 +162,18 @@ def pytest_collection_modifyitems(session, config, items):
             unimplemented.append(item)
         elif item.dtype not in adapter.dtypes:
             no_dtype.append(item)
+        elif declarations.not_applicable(item.case) is not None:
+            outside.append(item)
         else:
             kept.append(item)
     items.extend(kept)
-    deselected = unimplemented + no_dtype + unselected
+    deselected = unimplemented + no_dtype + outside + unselected
     if deselected:
         config.hook.pytest_deselected(items=deselected)
     config._pgspec_deselected = {
         "formulas": len({i.case["formula"] for i in unimplemented}), "unimplemented": len(unimplemented),
         "dtypes": sorted({i.dtype for i in no_dtype}), "no_dtype": len(no_dtype), "kept": len(kept),
+        "outside": len(outside),
     }
 
 
@@ -183,5 +188,7 @@ def pytest_report_collectionfinish(config, start_path, items):
                      "does not implement")
     if info["no_dtype"]:
         parts.append(f"{info['no_dtype']} tests in dtypes it does not support ({', '.join(info['dtypes'])})")
+    if info["outside"]:
+        parts.append(f"{info['outside']} tests outside its declared capabilities (not applicable)")
     line = f"pgspec: {info['kept']} tests against {adapter.name} ({adapter.version})"
     return line + ("; deselected " + " and ".join(parts) if parts else "")

@@ -497,8 +497,36 @@ def scales(fid, k):
     ]
 
 
+# framework presets (conformance/presets/*.toml, the name map) ------------------------------------
+
+def presets():
+    """Two cases at every distinct preset: the option batch, and a random batch of four sequences in
+    two prompt groups with ragged lengths.  The first preset of a group of identical (recipe,
+    parameters) names the cases; the description lists every configuration that maps to them."""
+    from ..generator import generate_inputs
+    from ..namemap import distinct, load_all
+
+    out = []
+    for k, (first, same) in enumerate(distinct(load_all())):
+        fid, params = first.recipe, first.params_dict()
+        configs = "; ".join(f"{p.framework} {p.version}: {p.config}" for p in same)
+        slug = f"preset-{first.framework}-{first.slug}"
+        out.append(case(fid, f"{slug}-batch", "example",
+                        f"framework preset ({configs}) on the option batch (lengths 3, 2, 4)", BATCH, params,
+                        links=tuple(sorted({p.link for p in same}))))
+        seed = 5000 + k
+        fields = fields_for(fid, params)
+        inputs = generate_inputs(Generated(seed, 4, 12, fields, (12, 5, 8, 1),
+                                           groups=2 if "group_ids" in fields else None).to_json())
+        out.append(Case(f"{fid}/{slug}-random", fid, "random",
+                        f"framework preset ({configs}); generator inputs (seed {seed}), 4 sequences of 12 positions, "
+                        "lengths 12, 5, 8, 1" + (", 2 prompt groups" if "group_ids" in fields else ""),
+                        inputs, params, tuple(sorted({p.link for p in same}))))
+    return out
+
+
 def cases():
-    out = examples() + regressions() + extras()
+    out = examples() + regressions() + extras() + presets()
     for k, fid in enumerate(IDS):
         out += edges(fid) + options(fid) + randoms(fid, k) + scales(fid, k)
     return out
