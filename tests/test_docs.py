@@ -208,3 +208,45 @@ def test_the_chromium_check_sees_a_cdn_request_and_raw_math(tmp_path):
     assert report["external"] == ["https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js"]
     [result] = report["results"]
     assert result["math"] == 1 and result["typeset"] == 0 and result["raw"] == ["\\(x^2\\)"]
+
+
+def test_plots_are_generated_from_the_reference_into_the_build(site):
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    from pgspec_docs import PLOTS
+
+    page = (site / "plots.html").read_text()
+    for name in PLOTS:
+        png = site / "_static" / "pgspec-plots" / f"{name}.png"
+        assert png.is_file() and png.stat().st_size > 20_000, png
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f'src="_static/pgspec-plots/{name}.png"' in page, name
+
+
+def test_the_adapter_guide_shows_the_output_of_its_executed_example(site):
+    text = html_text(site / "adapter-guide.html")
+    assert "$ pgspec run --adapter my_adapter:adapter --formulas 'kl.k3,ratio.token' --no-properties" in text
+    assert re.search(r"mine: (\d+) of \1 applicable cases pass", text), "the example adapter no longer passes"
+    assert re.search(r"\d+ passed, \d+ deselected", text)
+    assert "fail kl.k3/masked-nan-inf (float32): grad.logprobs" in text
+    assert "pytest --pgspec-adapter my_adapter_v2:adapter 'pgspec::kl.k3/masked-nan-inf[float32]'" in text
+    assert "load_adapter('my_adapter_v2:adapter')" in text
+    assert re.search(r"kl\.k3\s+│\s+bug \(3\)", text)
+
+
+def test_formula_pages_and_name_map_reflect_the_committed_files(site):
+    kl = html_text(site / "formulas" / "kl.html")
+    if (ROOT / "docs" / "conformance" / "verdicts.json").is_file():
+        assert "No conformance results yet" not in kl and "worst error ratio" in kl
+    else:
+        assert "No conformance results yet" in kl
+    name_map = html_text(site / "name-map.html")
+    if list((ROOT / "conformance" / "presets").glob("*.toml")):
+        assert "No presets yet" not in name_map and "spec recipe" in name_map
+    else:
+        assert "No presets yet" in name_map
+
+
+def html_text(page: Path) -> str:
+    import html as _html
+
+    return _html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
