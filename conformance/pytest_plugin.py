@@ -19,11 +19,13 @@ import pytest
 def pytest_addoption(parser):
     group = parser.getgroup("pgspec", "pgspec conformance suite")
     group.addoption("--pgspec-adapter", default=None, metavar="NAME",
-                    help="run the pgspec golden corpus against this adapter (built-in name or module:object)")
-    group.addoption("--pgspec-device", default="cpu", choices=("cpu", "cuda"), help="device (default cpu)")
+                    help="run the pgspec golden corpus against this adapter: a built-in name or module:object "
+                         "(the current folder is importable) (default: none, the plugin is off)")
+    group.addoption("--pgspec-device", default="cpu", choices=("cpu", "cuda"), help="device (default: cpu)")
     group.addoption("--pgspec-dtype", default="float64,float32", metavar="DTYPES",
-                    help="comma-separated dtypes (default float64,float32)")
-    group.addoption("--pgspec-formulas", default="*", metavar="GLOB", help="formula or case ID globs")
+                    help="comma-separated dtypes (default: float64,float32)")
+    group.addoption("--pgspec-formulas", default="*", metavar="GLOBS",
+                    help="formula or case ID globs, comma-separated, e.g. 'kl.*,loss.grpo' (default: *)")
 
 
 class PgspecItem(pytest.Item):

@@ -71,3 +71,11 @@ def test_node_ids_without_an_adapter_are_a_usage_error(user_repo):
     r = pytest_run("pgspec::ratio.token/two-tokens[float64]", cwd=user_repo)
     assert r.returncode != 0
     assert "--pgspec-adapter" in r.stdout + r.stderr
+
+
+def test_plugin_options_state_their_defaults(tmp_path):
+    r = pytest_run("--help", cwd=tmp_path)
+    text = re.sub(r"\s+", " ", r.stdout)
+    for opt in ("--pgspec-adapter", "--pgspec-device", "--pgspec-dtype", "--pgspec-formulas"):
+        help_text = text[text.index(opt):][:400]
+        assert "(default: " in help_text, help_text
