@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent / "_ext"))
 
 project = "pgspec"
 author = "pgspec developers"
+copyright = "pgspec developers"
 extensions = ["myst_parser", "sphinx.ext.mathjax", "pgspec_mathjax", "pgspec_docs"]
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3

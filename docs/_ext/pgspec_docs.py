@@ -449,10 +449,13 @@ class NameMapDirective(SphinxDirective):
                                        refexplicit=True, refwarn=True)
                     ref += nodes.literal(p.recipe, p.recipe)
                     recipe = [ref]
-                params = ", ".join(f"{k}={'null' if v is None else v}" for k, v in p.params) or "(recipe defaults)"
+                params = []  # one literal per parameter: the cell wraps between them, never inside one
+                for k, v in p.params:
+                    text = f"{k}={'null' if v is None else v}"
+                    params += ([nodes.Text(", ")] if params else []) + [nodes.literal(text, text)]
                 link = [_link("source", p.link)] if p.link.startswith(("http://", "https://")) else \
                     [nodes.literal(p.link, p.link)]
-                rows.append([nodes.literal(p.config, p.config), recipe, nodes.literal(params, params), link,
+                rows.append([nodes.literal(p.config, p.config), recipe, params or "(recipe defaults)", link,
                              p.note or ""])
             section += _table(["configuration", "spec recipe", "spec parameters", "source", "note"], rows,
                               widths=[28, 14, 30, 8, 30], classes=["pgspec-name-map"])
@@ -503,9 +506,16 @@ class CommandDirective(SphinxDirective):
         cwd = example_dir(self.env.app)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
         env.update(COLUMNS="92", NO_COLOR="1", TERM="dumb")
+        # the console scripts as a user runs them (they do not put the current folder on sys.path);
+        # the module forms only when the scripts are not beside this interpreter
         scripts = Path(sys.executable).parent
-        exe = {"pgspec": [str(scripts / "pgspec")], "pytest": [str(scripts / "pytest"), "-p", "no:cacheprovider"],
-               "python": [sys.executable]}[argv[0]]
+        exe = {
+            "pgspec": [str(scripts / "pgspec")] if (scripts / "pgspec").exists()
+            else [sys.executable, "-m", "pgspec.conformance.cli"],
+            "pytest": ([str(scripts / "pytest")] if (scripts / "pytest").exists() else [sys.executable, "-m", "pytest"])
+            + ["-p", "no:cacheprovider"],
+            "python": [sys.executable],
+        }[argv[0]]
         proc = subprocess.run(exe + argv[1:], cwd=cwd, capture_output=True, text=True, env=env, timeout=600)
         output = (proc.stdout + proc.stderr).rstrip()
         expected = self.options.get("returncode", 0)
