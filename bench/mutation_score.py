@@ -266,7 +266,7 @@ def run_mutant(m: Mutant, timeout: float, memory: float) -> tuple[str, str]:
         p = subprocess.run([sys.executable, "-c", WORKER, m.family, str(m.index), str(memory), str(Path(__file__).parent)],
                            capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        return "killed", f"timed out after {timeout:.0f} s (a hang counts as caught: the run reports an error)"
+        return "timeout", f"no verdict within {timeout:.0f} s (counted as not killed; rerun with a larger --timeout)"
     lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
     if p.returncode != 0 or not lines:
         last = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -310,14 +310,16 @@ def main(argv=None) -> int:
         print(f"[{k}/{len(chosen)}] {outcome:10s} {m.key}  ({time.perf_counter() - t0:.0f} s) {detail}", flush=True)
     killed = sum(r["outcome"] == "killed" for r in rows)
     equivalent = sum(r["outcome"] == "equivalent" for r in rows)
-    survived = [r for r in rows if r["outcome"] == "survived"]
+    survived = [r for r in rows if r["outcome"] in ("survived", "timeout")]
     relevant = len(rows) - equivalent
     print()
-    print(f"mutants: {len(rows)}; killed {killed}; equivalent {equivalent}; survived {len(survived)}; "
+    timeouts = sum(r["outcome"] == "timeout" for r in rows)
+    print(f"mutants: {len(rows)}; killed {killed}; equivalent {equivalent}; survived {len(survived) - timeouts}; "
+          f"timed out {timeouts}; "
           f"kill rate over non-equivalent mutants: {killed}/{relevant} = {100 * killed / max(1, relevant):.1f}%; "
           f"{time.perf_counter() - start:.0f} s")
     for r in survived:
-        print(f"  SURVIVED {r['mutant']}")
+        print(f"  {'SURVIVED' if r['outcome'] == 'survived' else 'TIMEOUT '} {r['mutant']}")
     for r in rows:
         if r["outcome"] == "equivalent":
             print(f"  equivalent {r['mutant']}: {r['detail']}")

@@ -525,8 +525,30 @@ def presets():
     return out
 
 
+def binding():
+    """Recipe parameters taking effect on the option batch (pgspec golden coverage): the IS lower
+    truncation and the IS log-ratio clamp (l_old - l_mu = (0.25, 0.125, 0.125 | -0.125, -0.125 |
+    0, 0.0625, 0, 0.0625)), and the KL input clamp on both sides and the KL output floor
+    (x = l_ref - l = (-0.125, 0.25, -0.125 | -0.25, 0.5 | 0.25, -0.25, 0.25, -0.125))."""
+    g = "loss.grpo"
+    return [
+        case(g, "is-token-floor", "edge",
+             "token-level TIS with is_c_min = 0.9375: the weights e^-0.125 = 0.8825 are raised to 0.9375",
+             BATCH, {"beta": 0, "is_level": "token", "is_mode": "truncate", "is_c_min": 0.9375}),
+        case(g, "is-log-ratio-clamp-both-sides", "edge",
+             "token-level TIS with is_log_ratio_clamp = 0.0625: mismatch log-ratios 0.25, 0.125 and -0.125 are "
+             "clamped to +-0.0625",
+             BATCH, {"beta": 0, "is_level": "token", "is_mode": "truncate", "is_log_ratio_clamp": 0.0625}),
+        case(g, "kl-clamps-bind", "edge",
+             "k3 with the input clamp [-0.1875, 0.125] (x = 0.25, 0.5 above, -0.25 below) and the output floor "
+             "0.015625 (k3(-0.125) = 0.0075 is raised)",
+             BATCH, {"beta": 0.25, "kl_log_ratio_min": -0.1875, "kl_log_ratio_max": 0.125,
+                     "kl_output_min": 0.015625}),
+    ]
+
+
 def cases():
-    out = examples() + regressions() + extras() + presets()
+    out = examples() + regressions() + extras() + presets() + binding()
     for k, fid in enumerate(IDS):
         out += edges(fid) + options(fid) + randoms(fid, k) + scales(fid, k)
     return out
