@@ -27,8 +27,13 @@ from pgspec.adapters.base import Adapter
 
 
 def token_ratio(inputs, params):
-    x = torch.where(inputs["mask"], inputs["logprobs"] - inputs["old_logprobs"], 0.0)
     c = params.get("log_ratio_clamp")
+    if set(params) - {"log_ratio_clamp"} or (c is not None and not c > 0):
+        raise ValueError(f"bad parameters {params}")
+    for name, t in inputs.items():  # the spec's expected-error cases: reject what it rejects
+        if t.shape != inputs["mask"].shape or not torch.isfinite(t[inputs["mask"]].float()).all():
+            raise ValueError(f"bad input {name}")
+    x = torch.where(inputs["mask"], inputs["logprobs"] - inputs["old_logprobs"], 0.0)
     return {"ratio": torch.exp(x if c is None else x.clamp(-c, c))}
 
 
