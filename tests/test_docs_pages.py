@@ -71,9 +71,9 @@ def test_each_formula_shows_its_equation_beside_its_conformance_row(fixture_site
     # the defining equation, taken from spec/kl.md
     assert 'class="math' in section and "\\tilde x_{i,t}" in html.unescape(section)
     text = html.unescape(re.sub(r"<[^>]+>", " ", section))
-    row_trl = re.search(r"fixture-trl\s+1\.16\.0\s+pass 0\.12\s+63 pass\s+0\.12", text)
+    row_trl = re.search(r"fixture-trl\s+1\.16\.0\s+pass 0\.12\s+63 pass\s+0\.12\s+15 rejected, 3 not rejected", text)
     assert row_trl, text
-    assert re.search(r"fixture-verl\s+0\.9\.1\s+bug \(6\)\s+57 pass, 6 bug\s+inf\s+bug\s+\(6 cases\): fixture: masked NaN",
+    assert re.search(r"fixture-verl\s+0\.9\.1\s+bug \(6\)\s+57 pass, 6 bug\s+inf\s+-\s+bug\s+\(6 cases\): fixture: masked NaN",
                      text), text
     assert 'href="https://github.com/volcengine/verl/blob/v0.9.1/verl/trainer/ppo/core_algos.py#L1"' in section
     assert 'class="pgspec-verdict-bug"' in section and 'class="pgspec-verdict-pass"' in section

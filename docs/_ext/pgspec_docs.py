@@ -399,14 +399,18 @@ class FormulaConformanceDirective(SphinxDirective):
                     v = row.get(name)
                     version = str(fw.get("version", ""))
                     if v is None:
-                        rows.append([name, version, "not run", "", "", ""])
+                        rows.append([name, version, "not run", "", "", "", ""])
                         continue
+                    # expected-error cases (bad input the spec rejects) are counted apart from the verdict
+                    names = {"pass": "rejected", "fail": "not rejected"}
+                    validation = _counts_text({names.get(k, k): n for k, n in v["validation"].items()}) \
+                        if v.get("validation") else "-"
                     rows.append([name, version, _verdict_cell(v), _counts_text(v.get("counts", {})),
-                                 _ratio_text(v.get("worst_ratio")), _details(v)])
+                                 _ratio_text(v.get("worst_ratio")), validation, _details(v)])
                 if rows:
                     section += _table(["framework", "version", "verdict", "cases (case, dtype)", "worst error ratio",
-                                       "reason / declared root causes"], rows, widths=[10, 10, 12, 18, 8, 42],
-                                      classes=["pgspec-conformance-row"])
+                                       "expected errors", "reason / declared root causes"], rows,
+                                      widths=[10, 9, 11, 15, 8, 10, 37], classes=["pgspec-conformance-row"])
                 else:
                     section += _para(nodes.Text("No framework has results for this formula."))
             out.append(section)
