@@ -459,7 +459,11 @@ class NameMapDirective(SphinxDirective):
                     params += ([nodes.Text(", ")] if params else []) + [nodes.literal(text, text)]
                 link = [_link("source", p.link)] if p.link.startswith(("http://", "https://")) else \
                     [nodes.literal(p.link, p.link)]
-                rows.append([nodes.literal(p.config, p.config), recipe, params or "(recipe defaults)", link,
+                # the configuration wraps between its words only (an option never breaks at a hyphen)
+                config = []
+                for word in p.config.split(" "):
+                    config += ([nodes.Text(" ")] if config else []) + [nodes.literal(word, word)]
+                rows.append([config, recipe, params or "(recipe defaults)", link,
                              p.note or ""])
             section += _table(["configuration", "spec recipe", "spec parameters", "source", "note"], rows,
                               widths=[28, 14, 30, 8, 30], classes=["pgspec-name-map"])
