@@ -94,6 +94,16 @@ def error_cases(cases: list) -> list[Case]:
             name = required[0]
             add(f"missing-{name.replace('_', '-')}", name, "required input",
                 new_inputs={k: v for k, v in inputs.items() if k != name}, what=f"input {name} left out")
+        if fid.startswith("loss.") and "logprobs" in inputs:
+            beta = params.get("beta", next(p.default for p in f.params if p.name == "beta"))
+            if float(beta) > 0 and "ref_logprobs" in inputs:
+                add("missing-ref-logprobs-for-kl", "ref_logprobs", "required when beta > 0",
+                    new_inputs={k: v for k, v in inputs.items() if k != "ref_logprobs"},
+                    what=f"beta = {beta} without ref_logprobs")
+            elif float(beta) == 0 and "ref_logprobs" not in inputs:
+                add("unread-ref-logprobs", "ref_logprobs", "an input no enabled option reads is an error",
+                    new_inputs={**inputs, "ref_logprobs": inputs["logprobs"]},
+                    what="ref_logprobs given with beta = 0")
         mask = inputs.get("mask")
         if isinstance(mask, list) and len(mask) > 1:
             add("mask-rows", "mask", "shape [B,T] like the other inputs",

@@ -531,7 +531,12 @@ def binding():
     0, 0.0625, 0, 0.0625)), and the KL input clamp on both sides and the KL output floor
     (x = l_ref - l = (-0.125, 0.25, -0.125 | -0.25, 0.5 | 0.25, -0.25, 0.25, -0.125))."""
     g = "loss.grpo"
+    on_policy = {**BATCH, "old_logprobs": LP}
     return [
+        case("loss.minirl", "zero-band-on-policy", "edge",
+             "eps_low = eps_high = 0 on policy: every r = 1 lies on both edges of the closed band [1, 1], so no "
+             "token is masked (a strict comparison written as >= would drop them all)",
+             on_policy, {"eps_low": 0, "eps_high": 0}),
         case(g, "is-token-floor", "edge",
              "token-level TIS with is_c_min = 0.9375: the weights e^-0.125 = 0.8825 are raised to 0.9375",
              BATCH, {"beta": 0, "is_level": "token", "is_mode": "truncate", "is_c_min": 0.9375}),
