@@ -89,6 +89,20 @@ class PgspecCollector(pytest.Collector):
                 yield PgspecItem.from_parent(self, name=f"{case['id']}[{dtype}]", case=case, dtype=dtype)
 
 
+def _untensorable(case: dict, dtype: str) -> bool:
+    """An expected-error case whose inputs no tensor can hold (a ragged row) is not applicable to
+    a tensor adapter (spec/golden-format.md); the runner says so when it runs it, we deselect it."""
+    if not case.get("expect_error"):
+        return False
+    from pgspec.conformance import runner
+
+    try:
+        runner.to_tensors(case["formula"], runner.case_inputs(case), dtype, "cpu")
+    except Exception:  # noqa: BLE001 - exactly the runner's test in _expect_rejection
+        return True
+    return False
+
+
 def _selected_by_args(nodeid: str, selectors: list[str]) -> bool:
     """A node ID given back on the command line selects itself and, as a prefix ending at a
     ``/``, ``[`` or ``::`` boundary, every test under it (``pgspec::kl.k3`` selects all kl.k3 cases)."""
@@ -164,7 +178,7 @@ def pytest_collection_modifyitems(session, config, items):
             unimplemented.append(item)
         elif item.dtype not in adapter.dtypes:
             no_dtype.append(item)
-        elif declarations.not_applicable(item.case) is not None:
+        elif declarations.not_applicable(item.case) is not None or _untensorable(item.case, item.dtype):
             outside.append(item)
         else:
             kept.append(item)
@@ -191,6 +205,7 @@ def pytest_report_collectionfinish(config, start_path, items):
     if info["no_dtype"]:
         parts.append(f"{info['no_dtype']} tests in dtypes it does not support ({', '.join(info['dtypes'])})")
     if info["outside"]:
-        parts.append(f"{info['outside']} tests outside its declared capabilities (not applicable)")
+        parts.append(f"{info['outside']} tests not applicable to it (outside its declared capabilities, or "
+                     "expected-error inputs no tensor can hold)")
     line = f"pgspec: {info['kept']} tests against {adapter.name} ({adapter.version})"
     return line + ("; deselected " + " and ".join(parts) if parts else "")
