@@ -8,10 +8,16 @@ import json
 import sys
 
 
+def _globs(spec: str) -> list[str]:
+    """A comma-separated list of globs (``'kl.*,loss.grpo'``), as every ``--formulas`` takes it."""
+    return [g.strip() for g in spec.split(",") if g.strip()]
+
+
 def _formulas(args) -> int:
     from pgspec.reference import REGISTRY
 
-    selected = [f for fid, f in sorted(REGISTRY.items()) if fnmatch.fnmatchcase(fid, args.formulas)]
+    globs = _globs(args.formulas)
+    selected = [f for fid, f in sorted(REGISTRY.items()) if any(fnmatch.fnmatchcase(fid, g) for g in globs)]
     if not selected:
         print(f"pgspec: no formula matches {args.formulas!r}; known IDs: {', '.join(sorted(REGISTRY))}",
               file=sys.stderr)
@@ -20,21 +26,25 @@ def _formulas(args) -> int:
         json.dump([f.to_json() for f in selected], sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"pgspec formulas ({len(selected)})")
-    for col in ("id", "title", "inputs", "params", "grad", "spec"):
-        table.add_column(col, overflow="fold")
+    # IDs, input and parameter names are never split: the ID column is as wide as the longest ID
+    # (the title wraps under it), and inputs and parameters are listed one per line, unwrapped.
+    table = Table(title=f"pgspec formulas ({len(selected)})", box=box.SIMPLE_HEAD, leading=1,
+                  caption="* differentiable input (the corpus has its gradient); ? optional input; "
+                          "pgspec formulas --json for ranges, outputs and spec anchors")
+    table.add_column("id / title", min_width=max(len(f.id) for f in selected), ratio=1)
+    table.add_column("inputs", no_wrap=True)
+    table.add_column("params (default)", no_wrap=True)
     for f in selected:
         table.add_row(
-            escape(f.id),
-            escape(f.title),
-            ", ".join(i.name + ("?" if i.optional else "") for i in f.inputs),
-            ", ".join(f"{p.name}={p.default!r}" for p in f.params),
-            ", ".join(f.differentiable) or "-",
-            f.spec,
+            f"[bold]{escape(f.id)}[/bold]\n[dim]{escape(f.title)}[/dim]",
+            "\n".join(escape(i.name + ("*" if i.name in f.differentiable else "") + ("?" if i.optional else ""))
+                      for i in f.inputs),
+            "\n".join(escape(f"{p.name}={p.default!r}") for p in f.params) or "-",
         )
     Console().print(table)
     return 0
@@ -135,52 +145,87 @@ def _run(args) -> int:
 
 
 def _adapters(args) -> int:
+    from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from . import runner
 
-    table = Table(title="pgspec adapters")
-    for col in ("name", "available", "framework", "version", "formulas", "declarations"):
-        table.add_column(col)
+    table = Table(title="pgspec adapters", box=box.SIMPLE_HEAD)
+    table.add_column("name", no_wrap=True, style="bold")
+    table.add_column("available", no_wrap=True)
+    for col in ("framework", "version"):
+        table.add_column(col, overflow="fold")
+    for col in ("formulas", "declarations"):
+        table.add_column(col, justify="right", no_wrap=True)
+    missing = []
     for name in sorted(runner.BUILTIN_ADAPTERS):
         try:
             adapter = runner.load_adapter(name)
             ok, why = adapter.available()
-            table.add_row(name, "yes" if ok else f"no: {why}", adapter.framework, adapter.version,
+            table.add_row(name, "yes" if ok else "no (1)", escape(adapter.framework), escape(adapter.version),
                           str(len(adapter.capabilities())), str(len(adapter.deviations)))
         except Exception as e:  # noqa: BLE001 - an adapter whose framework is missing is listed as such
-            table.add_row(name, f"no: {e}", "-", "-", "-", "-")
-    Console().print(table)
+            ok, why = False, str(e)
+            table.add_row(name, "no (1)", "-", "-", "-", "-")
+        if not ok:
+            missing.append((name, why))
+    console = Console()
+    console.print(table)
+    if missing:
+        # printed whole (never cut to a column): the install command is what the user needs
+        console.print("(1) not available here; how to install:")
+        for name, why in missing:
+            console.print(f"  {escape(name)}: {escape(why)}", soft_wrap=True, highlight=False)
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pgspec")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+        return "unknown (not installed)"
+
+
+FORMULAS_HELP = "formula or case ID globs, comma-separated (e.g. 'kl.*,loss.grpo')"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pgspec", description="The policy-gradient loss specification.")
+    # every option's help ends with its default (ArgumentDefaultsHelpFormatter)
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(prog="pgspec", description="The policy-gradient loss specification.",
+                                     formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=f"pgspec {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("formulas", help="list the formula registry")
+    p = sub.add_parser("formulas", help="list the formula registry", formatter_class=fmt)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    p.add_argument("--formulas", default="*", metavar="GLOB", help="only IDs matching this glob")
+    p.add_argument("--formulas", default="*", metavar="GLOBS", help="formula ID globs, comma-separated (e.g. 'kl.*,loss.grpo')")
     p.set_defaults(func=_formulas)
-    g = sub.add_parser("golden", help="generate or verify the golden corpus")
+    g = sub.add_parser("golden", help="generate or verify the golden corpus", formatter_class=fmt)
     g.add_argument("action", choices=("generate", "verify", "coverage"),
                    help="generate: write the corpus; verify: regenerate in memory and require byte equality; "
                         "coverage: which side of every bounding parameter binds in which cases")
     g.set_defaults(func=_golden)
-    r = sub.add_parser("run", help="run the conformance suite against an adapter")
-    r.add_argument("--adapter", default="torch", help="built-in adapter name or module:object (default torch)")
-    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    r = sub.add_parser("run", help="run the conformance suite against an adapter", formatter_class=fmt)
+    r.add_argument("--adapter", default="torch",
+                   help="built-in adapter name, or module:object for your own adapter (the current folder is importable)")
+    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device the adapter's tensors live on")
     r.add_argument("--dtype", default="float64,float32,bfloat16", help="comma-separated dtypes")
-    r.add_argument("--formulas", default="*", metavar="GLOB", help="formula or case ID globs, comma-separated")
-    r.add_argument("--report", action="append", metavar="KIND:PATH", help="json:PATH, md:PATH or html:PATH (repeatable)")
+    r.add_argument("--formulas", default="*", metavar="GLOBS", help=FORMULAS_HELP)
+    r.add_argument("--report", action="append", metavar="KIND:PATH",
+                   help="json:PATH, md:PATH or html:PATH (repeatable)")
     r.add_argument("--properties", action=argparse.BooleanOptionalAction, default=True,
-                   help="also run the property checks of spec/properties.md (default: on)")
+                   help="also run the property checks of spec/properties.md")
     r.add_argument("--python", metavar="PATH", default=None,
                    help="run the adapter in this other interpreter (its own venv) over a JSON-lines protocol")
     r.add_argument("--case-timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="with --python: a case that takes longer becomes an error outcome (default 300)")
+                   help="with --python: a case that takes longer becomes an error outcome")
     r.set_defaults(func=_run)
-    a = sub.add_parser("adapters", help="list adapters with availability and version")
+    a = sub.add_parser("adapters", help="list adapters with availability, version and install commands",
+                       formatter_class=fmt)
     a.set_defaults(func=_adapters)
     return parser
 

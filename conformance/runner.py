@@ -74,6 +74,8 @@ def load_adapter(spec: str):
         known = ", ".join(sorted(BUILTIN_ADAPTERS))
         raise RunError(f"unknown adapter {spec!r}; built-in adapters: {known}; or give module:object")
     module_name, _, attr = target.partition(":")
+    if spec not in BUILTIN_ADAPTERS:
+        _current_folder_importable()
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
@@ -85,7 +87,24 @@ def load_adapter(spec: str):
     adapter = obj() if callable(obj) and not hasattr(obj, "implementations") else obj
     if not hasattr(adapter, "implementations"):
         raise RunError(f"adapter {spec!r}: {target} is not an adapter")
+    LOADED_AS[adapter.name] = spec
     return adapter
+
+
+# adapter name -> the spec it was loaded by (``"torch"``, ``"my_module:adapter"``): what a repro
+# snippet passes back to load_adapter, so that it reruns exactly what the user ran.
+LOADED_AS: dict[str, str] = {}
+
+
+def _current_folder_importable() -> None:
+    """``module:object`` adapters import from the current folder, as ``python -m`` would (the
+    ``pgspec`` and ``pytest`` scripts do not put it on sys.path themselves)."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if not any(entry in ("", ".", cwd) for entry in sys.path):
+        sys.path.insert(0, cwd)
 
 
 def check_declarations(adapter) -> None:
@@ -325,9 +344,12 @@ def classify(result: CaseResult, rule) -> CaseResult:
 
 
 def repro_snippet(adapter: str, case_id: str, dtype: str, device: str) -> str:
+    """Python that reruns one case as the user ran it: the adapter is loaded by the same built-in
+    name or ``module:object`` spec (run it from the folder you ran pgspec in)."""
+    spec = LOADED_AS.get(adapter, adapter)
     return (
         "from pgspec.conformance.runner import load_adapter, load_case, run_case\n"
-        f"adapter = load_adapter({adapter!r})\n"
+        f"adapter = load_adapter({spec!r})\n"
         f"case = load_case({case_id!r})\n"
         f"print(run_case(adapter, case, {dtype!r}, {device!r}))\n"
     )
