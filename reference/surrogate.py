@@ -207,8 +207,12 @@ def vespo_phi(log_w, a, *, k_pos, lambda_pos, k_neg, lambda_neg, lambda_min):
         # one node: its error as usually written is |phi| (1 + |k log w| + |lambda w|) (the
         # exponent's terms are each rounded), and the error of log w propagates through slope
         w = mp.exp(z)
-        # (written w^k e^{lambda (1 - w)} it also carries w's rounding k times: the k term)
-        return Var(phi, ((log_w, slope),), rounding=abs(phi) * (1 + abs(k * z) + abs(k) + 2 * abs(lam * w)))
+        # as usually written, exp(lambda + k log w - lambda w): exp turns the absolute error of its
+        # argument into relative error, and the argument rounds k log w, lambda w (w itself rounded)
+        # and both partial sums; written w^k e^{lambda (1 - w)} it carries w's rounding k times (k)
+        arg1 = lam + k * z
+        rounding = 1 + abs(k * z) + abs(arg1) + abs(arg1 - lam * w) + 2 * abs(lam * w) + abs(k)
+        return Var(phi, ((log_w, slope),), rounding=abs(phi) * rounding)
     return phi
 
 
