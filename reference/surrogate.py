@@ -337,7 +337,10 @@ def trl_delta(logprobs, old_logprobs, mask, advantages, *, eps_low, eps_high, de
         _eps_low(3e-4, "left clip range: s_i is clipped below at 1 - eps_low (paper v2 section 5.1: 3e-4)"),
         _eps_high(4e-4, "right clip range: s_i is clipped above at 1 + eps_high (paper v2 section 5.1: 4e-4)"),
         Param("log_ratio_max", None, nullable=True,
-              doc="if set to c, log s_i is capped from above at c before exp (verl 10; null: no cap)"),
+              doc="placement 'on the mean': if set to c, log s_i is capped from above at c before exp (verl 10; null: no cap)"),
+        log_ratio_clamp_param(doc="placement 'per token, before the mean': if set to k, each token log-ratio "
+                                  "l - l_old is clamped to [-k, k] before the sequence mean (Liger-Kernel fork PR #4: "
+                                  "20; null: no clamp)"),
     ),
     outputs=(seq_output("loss", "per-sequence loss -min(s_i A_i, clip(s_i, 1-eps_low, 1+eps_high) A_i); 0 for an empty sequence"),),
     differentiable=("logprobs",),
@@ -347,14 +350,16 @@ def trl_delta(logprobs, old_logprobs, mask, advantages, *, eps_low, eps_high, de
         VERL + " compute_policy_loss_gspo (GSPO-token form, log s <= 10)", NEMO + " sequence_level_importance_ratios",
         SLIME + " (advantage_estimator gspo)", ORLHF + " policy_loss_type gspo",
         "Fast-LLM main fast_llm/layers/language_model/loss/policy_gradient.py LanguageModelGSPOLoss (segment-mean advantage)",
+        "Liger-Kernel fork PR #4 (log_ratio_clamp_value=20 before the sequence mean)",
     ),
 )
-def gspo(logprobs, old_logprobs, mask, advantages, *, eps_low, eps_high, log_ratio_max):
+def gspo(logprobs, old_logprobs, mask, advantages, *, eps_low, eps_high, log_ratio_max, log_ratio_clamp):
     """surrogate.gspo:  loss_i = max(-A_i s_i, -A_i clip(s_i, 1 - eps_low, 1 + eps_high)),
-    s_i = exp(min((1/L_i) sum_t m_{i,t} (l_{i,t} - l^old_{i,t}), c))  (ratio.sequence_geometric);
-    loss_i = 0 for an empty sequence (L_i = 0).
+    s_i = exp(min((1/L_i) sum_t m_{i,t} clip(l_{i,t} - l^old_{i,t}, -k, k), c))  (ratio.sequence_geometric;
+    c = log_ratio_max, k = log_ratio_clamp);  loss_i = 0 for an empty sequence (L_i = 0).
     """
-    s = sequence_geometric_ratio(logprobs, old_logprobs, mask, log_ratio_max=log_ratio_max)["ratio"]
+    s = sequence_geometric_ratio(logprobs, old_logprobs, mask, log_ratio_max=log_ratio_max,
+                                 log_ratio_clamp=log_ratio_clamp)["ratio"]
     return {"loss": [ppo_clip_loss(s[i], advantages[i], eps_low, eps_high) if any(row) else mpf(0)
                      for i, row in enumerate(mask)]}
 

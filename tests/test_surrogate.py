@@ -573,3 +573,35 @@ def test_vespo_agrees_with_independent_float64_numpy():
                     if m[i, t]:
                         _close(ref["loss"][i][t], loss[i, t], rel + 4 * U, 0)
                         _close(ref["grad"]["logprobs"][i][t], grad[i, t], rel + 2 * U, 0)
+
+
+# Liger-Kernel fork PR #4: the per-token clamp before GSPO's sequence mean -------------------------
+
+def test_gspo_per_token_clamp_is_the_ppo_clip_of_the_clamped_sequence_ratio():
+    """Identity: surrogate.gspo(k) = max(-A s, -A clip(s, ...)) with s = ratio.sequence_geometric(k)."""
+    rng = random.Random(902)
+    for _ in range(10):
+        B, T = 3, 5
+        mask = random_mask(rng, B, T)
+        lp, old = random_logprobs(rng, B, T, lo=-8.0), random_logprobs(rng, B, T, lo=-8.0)
+        adv = [rng.choice([-1.5, -0.5, 0.5, 2.0]) for _ in range(B)]
+        k = rng.choice([0.125, 0.5, 2.0])
+        params = {"log_ratio_clamp": k, "eps_low": "0.2", "eps_high": "0.2"}
+        loss = evaluate("surrogate.gspo", {"logprobs": lp, "old_logprobs": old, "mask": mask, "advantages": adv},
+                        params)["loss"]
+        s = evaluate("ratio.sequence_geometric", {"logprobs": lp, "old_logprobs": old, "mask": mask},
+                     {"log_ratio_clamp": k})["ratio"]
+        with mp.workdps(60):
+            for i in range(B):
+                want = max(-adv[i] * s[i], -adv[i] * min(max(s[i], mpf("0.8")), mpf("1.2"))) if any(mask[i]) else 0
+                assert abs(loss[i] - want) <= mpf(10) ** -50
+
+
+def test_gspo_per_token_clamp_gradient_30_0():
+    d30 = {"logprobs": [[0.0, -1.0]], "old_logprobs": [[-30.0, -1.0]], "mask": [[True, True]], "advantages": [-1.0]}
+    out = evaluate("surrogate.gspo", d30, {"log_ratio_clamp": 20})
+    with mp.workdps(60):
+        assert abs(out["loss"][0] - mp.exp(10)) <= mp.exp(10) * mpf(10) ** -55
+        g = out["grad"]["logprobs"][0]
+        assert g[0] == 0 and abs(g[1] - mp.exp(10) / 2) <= mp.exp(10) * mpf(10) ** -55
+    assert check_gradient_fd("surrogate.gspo", d30, {"log_ratio_clamp": 20}) == 2

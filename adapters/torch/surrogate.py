@@ -159,7 +159,7 @@ def gspo(inputs, params):
     fid = "surrogate.gspo"
     m = inputs["mask"]
     a = sequence_advantages(inputs)
-    log_s = _mean_log_ratio(log_ratio(inputs), m)
+    log_s = _mean_log_ratio(_clamp(log_ratio(inputs), _param(params, fid, "log_ratio_clamp")), m)
     cap = _param(params, fid, "log_ratio_max")
     if cap is not None:
         log_s = torch.clamp(log_s, max=cap)

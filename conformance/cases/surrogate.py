@@ -463,5 +463,23 @@ def _vespo():
     return out
 
 
+def _gspo_clamp_placement():
+    """Liger-Kernel fork PR #4: the per-token clamp before the sequence mean vs the cap on the mean."""
+    fid = "surrogate.gspo"
+    d30 = {"logprobs": [[0.0, -1.0]], "old_logprobs": [[-30.0, -1.0]], "mask": [[True, True]], "advantages": [-1.0]}
+    return [
+        Case(f"{fid}/per-token-clamp-30-0", fid, "example",
+             "d = (30, 0), A = -1, log_ratio_clamp 20 (Liger-Kernel fork PR #4): s = e^10 above 1 + eps_high, "
+             "unclipped branch -A s = e^10 = 22026.465794806718; gradient (0, e^10/2)", d30, {"log_ratio_clamp": 20}),
+        Case(f"{fid}/mean-cap-20-30-0", fid, "example",
+             "d = (30, 0), A = -1, log_ratio_max 20 (cap on the mean, not reached): loss e^15 = 3269017.3724721107, "
+             "gradient e^15/2 per token", d30, {"log_ratio_max": 20}),
+        Case(f"{fid}/per-token-clamp-positive-advantage", fid, "edge",
+             "d = (30, 0), A = 1, log_ratio_clamp 20: s = e^10 is clipped at 1 + 4e-4: loss -1.0004, gradient 0",
+             {**d30, "advantages": [1.0]}, {"log_ratio_clamp": 20}),
+    ]
+
+
 def cases():
-    return _pg() + _ppo() + _dual() + _trl_delta() + _gspo() + _gmpo() + _cispo() + _sapo() + _vespo()
+    return (_pg() + _ppo() + _dual() + _trl_delta() + _gspo() + _gmpo() + _cispo() + _sapo() + _vespo()
+            + _gspo_clamp_placement())
