@@ -315,3 +315,51 @@ def test_errors_name_the_argument():
                                       "document_ids": [[0]]}, {"sdp_size": 0})
     with pytest.raises(SpecError, match="missing input 'document_ids'"):
         evaluate("dist.sdp_segment", {"logprobs": [[0.0]], "old_logprobs": [[0.0]], "mask": [[True]]})
+
+
+# bshd: the micro-batch's maximum length, not the array width (slime PR #2060 max_seq_lens) ---------
+
+MB10 = [[1 <= t < 6 for t in range(10)], [1 <= t < 4 for t in range(10)]]
+
+
+def test_bshd_max_seq_len_equal_to_the_width_changes_nothing():
+    for C in (1, 2, 3):
+        a = evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": C, "layout": "bshd"})
+        b = evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": C, "layout": "bshd", "max_seq_len": 10})
+        assert a == b
+
+
+def test_bshd_chunks_by_max_seq_len():
+    """c = ceil(S / 2C) for every row: S = 6, C = 2 gives c = 2, and rank(p) follows the zig-zag of p // 2."""
+    out = evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": 2, "layout": "bshd", "max_seq_len": 6})
+    assert out["chunk_size"] == [2, 2]
+    zig = {0: 0, 1: 1, 2: 1, 3: 0}
+    for i, row in enumerate(MB10):
+        assert out["rank"][i] == [zig[(t - 1) // 2] if m else None for t, m in enumerate(row)]
+    wide = evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": 2, "layout": "bshd"})
+    assert wide["chunk_size"] == [3, 3] and wide["rank"] != out["rank"]
+
+
+def test_bshd_max_seq_len_partials_add_up_to_the_unsharded_value():
+    rng = random.Random(906)
+    for _ in range(10):
+        B, T = 3, 10
+        lengths = [rng.randint(2, 7) for _ in range(B)]
+        mask = [[1 <= t < n for t in range(T)] for n in lengths]
+        values = random_logprobs(rng, B, T, lo=-3.0, hi=3.0)
+        S = max(lengths) + rng.randint(0, 4)
+        for aggregator in ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum"):
+            out = evaluate("dist.cp_reduce", {"values": values, "mask": mask},
+                           {"cp_size": rng.randint(1, 4), "layout": "bshd", "max_seq_len": S, "aggregator": aggregator})
+            with mp.workdps(60):
+                assert abs(mp.fsum(out["partials"]) - out["unsharded"]) <= mpf(10) ** -50
+
+
+def test_max_seq_len_errors_name_the_argument():
+    with pytest.raises(SpecError, match="'max_seq_len' applies only to layout='bshd'"):
+        evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": 2, "max_seq_len": 6})
+    with pytest.raises(SpecError, match="'max_seq_len' = 5 is shorter than sequence 0"):
+        evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": 2, "layout": "bshd", "max_seq_len": 5})
+    with pytest.raises(SpecError, match="'max_seq_len' = 5 is shorter"):
+        evaluate("dist.cp_reduce", {"values": [[0.0] * 10] * 2, "mask": MB10},
+                 {"cp_size": 2, "layout": "bshd", "max_seq_len": 5})

@@ -22,7 +22,7 @@ from .agg import param
 
 
 # Context-parallel zig-zag split ------------------------------------------------------------------
-def owner_map(mask, cp_size, layout, ownership, sequence_lengths=None):
+def owner_map(mask, cp_size, layout, ownership, sequence_lengths=None, max_seq_len=None):
     """(rank [B,T], chunk [B,T], chunk_size [B]) as long tensors; -1 at masked positions."""
     B, T = mask.shape
     dev = mask.device
@@ -36,7 +36,10 @@ def owner_map(mask, cp_size, layout, ownership, sequence_lengths=None):
     if layout == "thd":
         c = (n + two_c - 1) // two_c
     else:
-        c = torch.full((B,), (T + two_c - 1) // two_c, dtype=torch.long, device=dev)
+        if max_seq_len is not None and bool((n > max_seq_len).any()):
+            raise ValueError("dist.cp_split: parameter 'max_seq_len' is shorter than a sequence")
+        S = T if max_seq_len is None else int(max_seq_len)   # slime bshd: the micro-batch's max length
+        c = torch.full((B,), (S + two_c - 1) // two_c, dtype=torch.long, device=dev)
     p = pos - 1 if ownership == "logit" else pos
     if ownership == "logit" and T and bool(mask[:, 0].any()):
         raise ValueError("dist.cp_split: ownership='logit' and an unmasked position 0 (it has no logit)")
@@ -47,8 +50,11 @@ def owner_map(mask, cp_size, layout, ownership, sequence_lengths=None):
 
 
 def _cp_args(params, fid):
-    return (param(fid, params, "cp_size"), param(fid, params, "layout"), param(fid, params, "ownership"),
-            param(fid, params, "sequence_lengths"))
+    layout, max_seq_len = param(fid, params, "layout"), param(fid, params, "max_seq_len")
+    if max_seq_len is not None and layout != "bshd":
+        raise ValueError(f"{fid}: parameter 'max_seq_len' applies only to layout='bshd'")
+    return (param(fid, params, "cp_size"), layout, param(fid, params, "ownership"),
+            param(fid, params, "sequence_lengths"), max_seq_len)
 
 
 def cp_split(inputs, params):

@@ -242,5 +242,42 @@ def sdp_cases():
     return out
 
 
+SLIME_2060 = ("https://github.com/THUDM/slime/pull/2060",)
+# a micro-batch whose longest sequence is 6 positions, held in arrays padded to 10
+MB10 = [[t >= 1 and t < 6 for t in range(10)], [t >= 1 and t < 4 for t in range(10)]]
+
+
+def bshd_max_seq_len_cases():
+    """slime PR #2060's bshd layout: each row cut by the micro-batch's maximum length, not the array width."""
+    split, reduce = "dist.cp_split", "dist.cp_reduce"
+    vals = [[0.5 * t - 1.0 for t in range(10)], [2.0 - 0.25 * t for t in range(10)]]
+    return [
+        Case(f"{split}/bshd-max-seq-len-6", split, "example",
+             "bshd, C = 2, arrays of width T = 10 but max_seq_len 6 (slime's max_seq_lens): c = ceil(6/4) = 2, "
+             "logit p = t - 1 -> chunk p // 2 -> ranks 0 0 1 1 1 (row 0, tokens 1..5)",
+             {"mask": MB10}, {"cp_size": 2, "layout": "bshd", "max_seq_len": 6}, SLIME_2060),
+        Case(f"{split}/bshd-padded-width-10", split, "example",
+             "the same rows with max_seq_len null: c = ceil(10/4) = 3, the padded width decides (chunks of 3): "
+             "ranks 0 0 0 1 1 for row 0 -- a different split", {"mask": MB10}, {"cp_size": 2, "layout": "bshd"}),
+        Case(f"{split}/bshd-max-seq-len-padded-up", split, "edge",
+             "max_seq_len 8 (6 rounded up to a pad multiple of 4, as slime does): c = 2, C = 2",
+             {"mask": MB10}, {"cp_size": 2, "layout": "bshd", "max_seq_len": 8}, SLIME_2060),
+        Case(f"{split}/thd-same-rows", split, "example",
+             "thd on the same rows: each row cut by its own length (6 and 4): c = 2 and 1",
+             {"mask": MB10}, {"cp_size": 2, "layout": "thd"}, SLIME_2060),
+        Case(f"{reduce}/bshd-max-seq-len-6", reduce, "example",
+             "sample mean under bshd with max_seq_len 6, C = 2: the rank partials add up to the unsharded value",
+             {"values": vals, "mask": MB10},
+             {"cp_size": 2, "layout": "bshd", "max_seq_len": 6, "aggregator": "agg.sample_mean"}, SLIME_2060),
+        Case(f"{reduce}/bshd-max-seq-len-3-ranks", reduce, "edge",
+             "token mean under bshd with max_seq_len 6, C = 3: c = 1",
+             {"values": vals, "mask": MB10}, {"cp_size": 3, "layout": "bshd", "max_seq_len": 6}, SLIME_2060),
+        Case(f"{reduce}/thd-same-rows", reduce, "example",
+             "sample mean under thd on the same rows, C = 2",
+             {"values": vals, "mask": MB10}, {"cp_size": 2, "layout": "thd", "aggregator": "agg.sample_mean"},
+             SLIME_2060),
+    ]
+
+
 def cases():
-    return cp_split_cases() + cp_reduce_cases() + accumulate_cases() + sdp_cases()
+    return cp_split_cases() + cp_reduce_cases() + accumulate_cases() + sdp_cases() + bshd_max_seq_len_cases()
