@@ -29,7 +29,8 @@ from ._common import (
     ADV_SEQ, ADV_SEQ_OR_TOKEN, LOGPROBS, MASK, OLD_LOGPROBS, log_ratio_clamp_param, per_token,
     positions, require, seq_output, token_adv, token_output,
 )
-from ._registry import Input, Param, formula
+from ._registry import Input, Output, Param, formula
+from .agg import DOCUMENT_IDS
 from .ratio import clamp_log_ratio, sequence_geometric_ratio
 
 # Defining papers ---------------------------------------------------------------------------
@@ -362,6 +363,63 @@ def gspo(logprobs, old_logprobs, mask, advantages, *, eps_low, eps_high, log_rat
                                  log_ratio_clamp=log_ratio_clamp)["ratio"]
     return {"loss": [ppo_clip_loss(s[i], advantages[i], eps_low, eps_high) if any(row) else mpf(0)
                      for i, row in enumerate(mask)]}
+
+
+FASTLLM_502 = ("Fast-LLM PR #502 (head 227f8bc1) fast_llm/layers/language_model/loss/grpo.py "
+               "fused_gspo_loss_forward_backward (per-segment lrn_sum, adv_sum, tok_sum all-reduced over the SDP group)")
+
+
+@formula(
+    "surrogate.gspo_document",
+    title="GSPO over packed documents (Fast-LLM): per-document clipped loss of the document's geometric-mean ratio",
+    inputs=(LOGPROBS, OLD_LOGPROBS, MASK, ADV_SEQ_OR_TOKEN, DOCUMENT_IDS),
+    params=(
+        _eps_low(0.2, "lower clip range: R_s is clipped below at 1 - eps_low (Fast-LLM epsilon_low 0.2)"),
+        _eps_high(0.2, "upper clip range: R_s is clipped above at 1 + eps_high (Fast-LLM epsilon_high 0.2)"),
+    ),
+    outputs=(
+        Output("segment_ids", ("K",), kind="int", doc="the document id of each segment, in increasing order"),
+        Output("token_count", ("K",), kind="int", doc="N_s, the unmasked tokens of document s (all rows)"),
+        Output("ratio", ("K",), doc="R_s = exp((1/N_s) sum_{(i,t) in s} m (l - l_old)), the document's geometric-mean ratio"),
+        Output("advantage", ("K",), doc="A_s = (1/N_s) sum_{(i,t) in s} m A_{i,t}, the document's mean advantage (stopped)"),
+        Output("loss", ("K",), doc="l_s = -min(R_s A_s, clip(R_s, 1-eps_low, 1+eps_high) A_s), the clipped per-document loss"),
+        Output("weighted_loss", ("K",), doc="N_s l_s, Fast-LLM's length-proportional loss_per_seg (its sum / divisor is the loss)"),
+    ),
+    differentiable=("logprobs",),
+    grad_of="weighted_loss",
+    stop_gradients=("A_s, the document's mean advantage",),
+    references=(
+        GSPO, FASTLLM_502,
+        "Fast-LLM 7d61a1b fast_llm/layers/language_model/loss/policy_gradient.py (GSPO #517, length-proportional #544)",
+    ),
+)
+def gspo_document(logprobs, old_logprobs, mask, advantages, document_ids, *, eps_low, eps_high):
+    """surrogate.gspo_document:  for each document s (global id over all rows, unmasked tokens only),
+    N_s = |s|,  R_s = exp((1/N_s) sum_{(i,t) in s} (l_{i,t} - l^old_{i,t})),
+    A_s = sg[(1/N_s) sum_{(i,t) in s} A_{i,t}],
+    l_s = max(-A_s R_s, -A_s clip(R_s, 1 - eps_low, 1 + eps_high)),  weighted_loss_s = N_s l_s.
+
+    d(sum_s N_s l_s)/d l_{i,t} = -A_s R_s (unclipped side) or 0: the same at every token of s (N_s cancels).
+    """
+    tokens: dict[int, list[tuple[int, int]]] = {}
+    for i, row in enumerate(mask):
+        for t in positions(row):
+            tokens.setdefault(document_ids[i][t], []).append((i, t))
+    ids = sorted(tokens)
+    counts, ratios, advs, losses, weighted = [], [], [], [], []
+    for s in ids:
+        where = tokens[s]
+        n = len(where)
+        r = exp(total(logprobs[i][t] - old_logprobs[i][t] for i, t in where) / n)
+        a = total(value_of(token_adv(advantages, i, t)) for i, t in where) / n
+        loss = ppo_clip_loss(r, a, eps_low, eps_high)
+        counts.append(n)
+        ratios.append(r)
+        advs.append(a)
+        losses.append(loss)
+        weighted.append(loss * n)
+    return {"segment_ids": ids, "token_count": counts, "ratio": ratios, "advantage": advs, "loss": losses,
+            "weighted_loss": weighted}
 
 
 @formula(

@@ -240,6 +240,20 @@ def cases():
              {**s2090, "mask": [s2090["mask"][0], [False] * 3, s2090["mask"][2], s2090["mask"][3]]},
              {"step_divisor": "sequences"}),
     ]
+    # Fast-LLM PR #502 normalize_by_documents: the step's token sum / its document count D
+    fid = "agg.constant"
+    fl = {"values": [[-1.25, 0.5, 2.0, 0.0], [0.75, -0.25, 0.0, 0.0], [1.5, 1.0, -0.5, 0.125]],
+          "mask": [[True, True, True, False], [True, True, False, False], [True, True, True, True]]}
+    out += [
+        Case(f"{fid}/fast-llm-normalize-by-documents", fid, "example",
+             "Fast-LLM normalize_by_documents over 3 rollouts: the token sum 3.875 / D = 3 documents = 1.2916666667 "
+             "(the reported loss; Fast-LLM's gradient divides by D^2 = 9, i.e. divisor 9), gradient 1/3",
+             fl, {"divisor": 3, "divide_by": "K"}, ("https://github.com/ServiceNow/Fast-LLM/pull/502",)),
+        Case(f"{fid}/fast-llm-normalize-by-documents-gradient", fid, "example",
+             "the gradient Fast-LLM applies under normalize_by_documents: the same sum / D^2 = 9 (DeepSpeed's "
+             "1/batch_size^2 gradient buffer): 0.43055555556, gradient 1/9",
+             fl, {"divisor": 9, "divide_by": "K"}, ("https://github.com/ServiceNow/Fast-LLM/pull/502",)),
+    ]
     fid = "agg.document_mean"
     out += [
         Case(f"{fid}/worked", fid, "example",
