@@ -288,6 +288,70 @@ def accumulate(values, mask, group_ids, document_ids, *, micro_batch_sizes, aggr
             "naive_contributions": naive, "naive": total(naive)}
 
 
+# Fast-LLM docs_per_step: accumulate micro-batches up to a document-count target ------------------
+FASTLLM_DOCS = ("Fast-LLM PR #502 (head 227f8bc1) fast_llm/engine/training/trainer.py _prefetch_to_doc_target "
+                "(num_documents_in_batch reset to the step total on every micro-batch)")
+
+
+@formula(
+    "dist.docs_per_step",
+    title="Fast-LLM docs_per_step: micro-batches accumulated until a document target, each divided by the step's documents",
+    inputs=(VALUES, MASK, agg.DOCUMENT_IDS),
+    params=(
+        Param("docs_per_step", 1, kind="int", lo=1,
+              doc="the target document count per optimizer step (Fast-LLM schedule.docs_per_step > 0)"),
+        agg.IntListParam("micro_batch_sizes", None, kind="int_list", nullable=True,
+                         doc="sizes (in rows, >= 1, summing to B) of the consecutive micro-batches of the data stream; "
+                             "null: one row per micro-batch"),
+    ),
+    outputs=(
+        Output("micro_batches", (), kind="int", doc="K, the number of micro-batches fetched: the first K whose "
+                                                    "document counts reach docs_per_step"),
+        Output("num_documents", (), kind="int", doc="D = sum_{k<K} D_k, the step total (>= docs_per_step; it can "
+                                                    "overshoot)"),
+        Output("contributions", ("M",), doc="c_k = sum over micro-batch k's unmasked tokens of q / D for k < K; null "
+                                            "for the micro-batches not fetched"),
+        scalar_output("total", "sum_{k<K} c_k, the step's loss: the fetched tokens' sum divided by D"),
+    ),
+    differentiable=("values",),
+    grad_of="total",
+    references=(FASTLLM_DOCS, "Fast-LLM PR #502 fast_llm/engine/schedule/config.py ScheduleConfig.docs_per_step"),
+)
+def docs_per_step(values, mask, document_ids, *, docs_per_step, micro_batch_sizes):
+    """dist.docs_per_step:  D_k = number of distinct document ids among micro-batch k's unmasked tokens,
+    K = min{k : sum_{j<=k} D_j >= docs_per_step} + 1,  D = sum_{j<K} D_j,
+    c_k = sum_{(i,t) in k} m_{i,t} q_{i,t} / D (k < K),  total = sum_{k<K} c_k.
+
+    A document must lie in one micro-batch; if the whole stream holds fewer than docs_per_step
+    documents the step cannot be formed (an error)."""
+    fid = "dist.docs_per_step"
+    batches = micro_batches(fid, micro_batch_sizes, len(mask))
+    owner: dict[int, int] = {}
+    per_batch = []
+    for k, rows in enumerate(batches):
+        ids = {document_ids[i][t] for i in rows for t in positions(mask[i])}
+        for d in ids:
+            if d in owner and owner[d] != k:
+                raise SpecError(f"{fid}: input 'document_ids': document {d} spans micro-batches {owner[d]} and {k}; "
+                                f"a micro-batch holds whole documents")
+            owner[d] = k
+        per_batch.append(len(ids))
+    running, K = 0, None
+    for k, n in enumerate(per_batch):
+        running += n
+        if running >= docs_per_step:
+            K = k + 1
+            break
+    if K is None:
+        raise SpecError(f"{fid}: parameter 'docs_per_step' = {docs_per_step} exceeds the {running} documents of the "
+                        f"whole input; the step never reaches its target")
+    D = sum(per_batch[:K])
+    contributions = [total(values[i][t] for i in rows for t in positions(mask[i])) / D if k < K else None
+                     for k, rows in enumerate(batches)]
+    return {"micro_batches": K, "num_documents": D, "contributions": contributions,
+            "total": total(c for c in contributions if c is not None)}
+
+
 # Fast-LLM sequence-data-parallel GSPO segment sums ------------------------------------------------
 def contiguous_rank(t, T, sdp_size):
     """The SDP rank holding position t when a row of width T is cut into ``sdp_size`` contiguous
