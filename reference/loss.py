@@ -183,6 +183,9 @@ def _option_params(beta=0.0):
         Param("opsm_delta", None, lo=0, nullable=True,
               doc="DeepSeek-V3.2 OPSM threshold delta: drop sequence i iff A_i < 0 and mean_t (l^mu - l) > delta "
                   "(null: off); needs sampler_logprobs"),
+        Param("opsm_advantage_gate", "sequence_mean", kind="choice", choices=("sequence_mean", "token"),
+              doc="mask.opsm advantage_gate: sequence_mean gates the whole sequence on its mean advantage (slime#1917 "
+                  "fix); token drops each token with A_{i,t} < 0 (the literal DeepSeek-V3.2 Eq. 9, slime 624b824a)"),
         Param("entropy_quantile", None, lo=0, hi=1, nullable=True,
               doc="rho of mask.entropy_quantile: keep tokens whose entropy is >= the (1 - rho) linear quantile of "
                   "the batch's unmasked entropies (null: off; TRL top_entropy_quantile); needs entropy"),
@@ -203,7 +206,7 @@ def _option_params(beta=0.0):
     )
 
 
-OPTION_NAMES = ("is_level", "is_mode", "is_c_min", "is_c_max", "is_log_ratio_clamp", "opsm_delta",
+OPTION_NAMES = ("is_level", "is_mode", "is_c_min", "is_c_max", "is_log_ratio_clamp", "opsm_delta", "opsm_advantage_gate",
                 "entropy_quantile", "beta", "kl_estimator", "kl_log_ratio_min", "kl_log_ratio_max",
                 "kl_output_min", "kl_output_max", "kl_sg_ratio_where_clamped", "kl_aggregation")
 
@@ -282,17 +285,20 @@ def _is_weights(opts, old_logprobs, sampler_logprobs, mask):
 
 
 def _opsm_keep(opts, logprobs, sampler_logprobs, advantages, mask):
-    """M^opsm_i (mask.opsm): the statistic uses sg[l] (a decision carries no gradient)."""
+    """M^opsm (mask.opsm) as a function (i, t) -> bool: the statistic uses sg[l] (a decision carries no
+    gradient); the gate is the sequence-mean advantage or, with opsm_advantage_gate 'token', A_{i,t}."""
     delta = opts["opsm_delta"]
     if delta is None:
         return None
-    keep = []
+    kappas, keep = [], []
     for i, row in enumerate(mask):
         ts = positions(row)
         values = {t: value_of(logprobs[i][t]) for t in ts}
-        kappa = opsm_statistic(values, sampler_logprobs[i], ts)
-        keep.append(opsm_keep(sequence_advantage(advantages[i], ts), kappa, delta))
-    return keep
+        kappas.append(opsm_statistic(values, sampler_logprobs[i], ts))
+        keep.append(opsm_keep(sequence_advantage(advantages[i], ts), kappas[-1], delta))
+    if opts["opsm_advantage_gate"] == "token":
+        return lambda i, t: opsm_keep(token_adv(advantages, i, t), kappas[i], delta)
+    return lambda i, t: keep[i]
 
 
 def _entropy_keep(fid, opts, entropy, mask):
@@ -357,7 +363,7 @@ def compose(fid, *, logprobs, old_logprobs, mask, advantages, sampler_logprobs, 
         pol, kls = [None] * len(row), [None] * len(row)
         for t, p in zip(ts, pg):
             factor = 1
-            if keep_seq is not None and not keep_seq[i]:
+            if keep_seq is not None and not keep_seq(i, t):
                 factor = 0
             elif keep_tok is not None and not keep_tok[i][t]:
                 factor = 0

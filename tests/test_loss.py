@@ -570,3 +570,22 @@ def test_gspo_recipe_per_token_clamp_equals_the_surrogate():
             assert abs(rec["loss"] - mp.fsum(sur["loss"]) / 3) <= mpf(10) ** -50
     d30 = {"logprobs": [[0.0, -1.0]], "old_logprobs": [[-30.0, -1.0]], "mask": [[True, True]], "advantages": [-1.0]}
     assert check_gradient_fd("loss.gspo", d30, {"log_ratio_clamp": 20}) == 2
+
+
+# opsm_advantage_gate: mask.opsm's advantage_gate inside the recipes -------------------------------
+
+def test_opsm_token_gate_in_a_recipe_drops_exactly_mask_opsm_tokens():
+    inputs = {**BASE, "advantages": A_TOK, "sampler_logprobs": SAMPLER}
+    params = {"aggregation": "token_mean", "opsm_delta": 0.0625, "opsm_advantage_gate": "token"}
+    got = evaluate("loss.dapo", inputs, params)
+    plain = evaluate("loss.dapo", {**BASE, "advantages": A_TOK}, {"aggregation": "token_mean"})
+    keep = evaluate("mask.opsm", {"logprobs": LP, "sampler_logprobs": SAMPLER, "advantages": A_TOK, "mask": MASK},
+                    {"delta": 0.0625, "advantage_gate": "token"})["keep"]
+    assert any(k is False for row in keep for k in row) and any(k is True for row in keep for k in row)
+    for i, row in enumerate(MASK):
+        for t, m in enumerate(row):
+            if m:
+                assert got["terms"][i][t] == (plain["terms"][i][t] if keep[i][t] else 0)
+    seq_inputs = {**BASE, "sampler_logprobs": SAMPLER}   # [B] advantages: both gates agree
+    assert (evaluate("loss.gspo", seq_inputs, {"opsm_delta": 0.0625, "opsm_advantage_gate": "token"})
+            == evaluate("loss.gspo", seq_inputs, {"opsm_delta": 0.0625}))

@@ -34,7 +34,7 @@ from . import kl as tkl
 from . import mask as tmask
 from . import surrogate as tsur
 
-OPTION_NAMES = ("is_level", "is_mode", "is_c_min", "is_c_max", "is_log_ratio_clamp", "opsm_delta",
+OPTION_NAMES = ("is_level", "is_mode", "is_c_min", "is_c_max", "is_log_ratio_clamp", "opsm_delta", "opsm_advantage_gate",
                 "entropy_quantile", "beta", "kl_estimator", "kl_log_ratio_min", "kl_log_ratio_max",
                 "kl_output_min", "kl_output_max", "kl_sg_ratio_where_clamped", "kl_aggregation")
 
@@ -86,12 +86,12 @@ def is_weight(opts, inputs):
 
 
 def opsm_keep(opts, inputs):
-    """M^opsm_i [B] of mask.opsm on sg[l], or None when opsm_delta is null."""
+    """M^opsm [B, T] of mask.opsm on sg[l] (its advantage_gate), or None when opsm_delta is null."""
     if opts["opsm_delta"] is None:
         return None
     sub = {"logprobs": inputs["logprobs"].detach(), "sampler_logprobs": inputs["sampler_logprobs"],
            "advantages": inputs["advantages"], "mask": inputs["mask"]}
-    return tmask.opsm(sub, {"delta": opts["opsm_delta"]})["seq_keep"]
+    return tmask.opsm(sub, {"delta": opts["opsm_delta"], "advantage_gate": opts["opsm_advantage_gate"]})["keep"]
 
 
 def entropy_keep(opts, inputs):
@@ -129,9 +129,9 @@ def compose(fid, inputs, params, pg, aggregate, *, needs_groups=False, sampler_r
     if w is not None:
         pg = torch.where(w == 0, zero, pg * w)  # w = 1 leaves pg as it is; w = 0 is a drop
     drop = None
-    keep_seq = opsm_keep(opts, inputs)
-    if keep_seq is not None:
-        drop = ~keep_seq.unsqueeze(-1).expand(pg.shape)
+    keep_opsm = opsm_keep(opts, inputs)
+    if keep_opsm is not None:
+        drop = ~keep_opsm.expand(pg.shape)
     keep_tok = entropy_keep(opts, inputs)
     if keep_tok is not None:
         drop = ~keep_tok if drop is None else drop | ~keep_tok

@@ -547,6 +547,19 @@ def seeds():
                         f"NeMo-RL #2269 is_correction_level='{name}': the untruncated {level} IS weight (is_mode "
                         f"truncate with both bounds null) times GSPO's policy term; {IS_NOTE[level]}",
                         base_seq, {"is_level": level, "is_c_min": None, "is_c_max": None}, NEMO_2269))
+    # mask.opsm's advantage_gate inside the recipes (opsm_advantage_gate)
+    slime = {"logprobs": [[0.0, 0.0, 0.0]], "old_logprobs": [[0.0, 0.0, 0.0]], "sampler_logprobs": [[1.0, 1.0, 1.0]],
+             "mask": [[True, True, True]], "advantages": [[-0.5, 0.25, -0.25]]}
+    out.append(case("loss.grpo", "slime-1917-token-gate", "regression",
+                    "slime#1917's tensors with opsm_advantage_gate 'token' (the literal DeepSeek-V3.2 Eq. 9, slime "
+                    "624b824a): only the tokens with A < 0 are dropped; the middle token (A = 0.25, r = 1) keeps -0.25: "
+                    "loss -0.25/3 = -0.083333333333, gradient -0.25/3 there", slime,
+                    {"beta": 0, "opsm_delta": "0.1", "opsm_advantage_gate": "token"}, SLIME_1917))
+    for fid in ("loss.dapo", "loss.cispo", "loss.sapo"):
+        out.append(case(fid, "opsm-token-gate", "edge",
+                        "opsm_delta 0.125 with opsm_advantage_gate 'token': in sequence 1 (kappa 0.25 > delta) only the "
+                        "token with A = -2 is dropped, the one with A = 1 is kept", base_tok,
+                        {"opsm_delta": 0.125, "opsm_advantage_gate": "token"}))
     out.append(case("loss.grpo", "is-token-untruncated", "edge",
                     "is_level token, both bounds null: the raw weight e^(l_old - l_mu)", base_tok,
                     {"beta": 0, "is_level": "token", "is_c_min": None, "is_c_max": None}))
