@@ -474,6 +474,11 @@ def _gspo_clamp_placement():
         Case(f"{fid}/mean-cap-20-30-0", fid, "example",
              "d = (30, 0), A = -1, log_ratio_max 20 (cap on the mean, not reached): loss e^15 = 3269017.3724721107, "
              "gradient e^15/2 per token", d30, {"log_ratio_max": 20}),
+        Case(f"{fid}/per-token-clamp-negative", fid, "edge",
+             "the clamp's lower side: d = (-30, 0), A = 1, log_ratio_clamp 20, eps 0.2: s = e^-10 below 0.8 is the "
+             "unclipped branch for A > 0: loss -e^-10 = -4.539992976e-5, gradient (0, -e^-10/2)",
+             {"logprobs": [[-30.0, -1.0]], "old_logprobs": [[0.0, -1.0]], "mask": [[True, True]], "advantages": [1.0]},
+             {"log_ratio_clamp": 20, "eps_low": 0.2, "eps_high": 0.2}),
         Case(f"{fid}/per-token-clamp-positive-advantage", fid, "edge",
              "d = (30, 0), A = 1, log_ratio_clamp 20: s = e^10 is clipped at 1 + 4e-4: loss -1.0004, gradient 0",
              {**d30, "advantages": [1.0]}, {"log_ratio_clamp": 20}),
