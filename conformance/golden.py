@@ -314,7 +314,7 @@ def _where(doc, path) -> str:
         cases = doc.get("cases") if isinstance(doc, dict) else None
         case = cases[path[1]] if isinstance(cases, list) and path[1] < len(cases) else None
         cid = case.get("id") if isinstance(case, dict) else None
-        label = f"case {cid!r} (cases[{path[1]}])" if isinstance(cid, str) else f"cases[{path[1]}]"
+        label = f"cases/{path[1]} (case {cid!r})" if isinstance(cid, str) else f"cases/{path[1]}"
         field = _field(path[2:])
         return f"{label} field {field}" if field else label
     return f"field {_field(path)}" if path else "the top level"
@@ -333,7 +333,7 @@ def _check_cases(path: Path, doc: dict, family: str) -> None:
     if doc["family"] != family:
         raise GoldenError(f"{path}: field family is {doc['family']!r}, expected {family!r} (the file name)")
     for k, c in enumerate(doc["cases"]):
-        label = f"{path}: case {c['id']!r} (cases[{k}])"
+        label = f"{path}: cases/{k} (case {c['id']!r})"
         f = REGISTRY.get(c["formula"])
         if f is None:
             raise GoldenError(f"{label} field formula: unknown formula ID {c['formula']!r}")
