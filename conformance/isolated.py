@@ -224,6 +224,10 @@ class IsolatedAdapter:
         for option, value in (("--case-timeout", timeout), ("--startup-timeout", startup_timeout)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise RunError(f"{option} must be a positive number of seconds, got {value!r}")
+        if not Path(python).exists() and os.sep not in python:
+            import shutil
+
+            python = shutil.which(python) or python  # a bare name such as python3.12: look it up on PATH
         if not Path(python).exists():
             raise RunError(f"--python: {python} does not exist")
         if Path(python).is_dir():
