@@ -8,58 +8,30 @@ a callable only has to be differentiable the way the framework is.  A callable m
 ``"grad"``: {input name: tensor} when the framework computes gradients its own way (a fused
 backward kernel, say).
 
-Deviations live in ``adapters/<name>/deviations.toml``::
-
-    [[deviation]]
-    id = "kl.k3"                 # a formula ID or a case ID ("kl.k3/extreme-200")
-    dtypes = ["bfloat16"]        # optional: only these dtypes
-    kind = "convention"          # convention | bug | unsupported
-    reason = "one line"
-    link = "https://github.com/.../blob/<tag>/path.py#L10"
+What an adapter knows about its framework's differences from the spec lives in
+``adapters/<name>/deviations.toml``: ``[[unsupported]]`` formulas, ``[[capability]]`` parameter
+domains and ``[[rule]]`` root causes.  The format, the classification order and the policy are
+normative: spec/verdicts.md; the reader is ``pgspec.conformance.declarations``.
 """
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-DEVIATION_KINDS = ("convention", "bug", "unsupported")
+
+def load_deviations(path: Path):
+    """Read and check an adapter's declarations file (spec/verdicts.md)."""
+    from pgspec.conformance.declarations import load
+
+    return load(path)
 
 
-@dataclass(frozen=True)
-class Deviation:
-    id: str
-    kind: str
-    reason: str
-    link: str
-    dtypes: tuple = ()
+def _no_declarations():
+    from pgspec.conformance.declarations import Declarations
 
-    def applies(self, case_id: str, formula_id: str, dtype: str) -> bool:
-        if self.dtypes and dtype not in self.dtypes:
-            return False
-        return self.id in (case_id, formula_id)
-
-
-def load_deviations(path: Path, keep=None) -> list[Deviation]:
-    """Read a deviations.toml; every entry needs id, kind, reason and link.
-
-    ``keep(entry)`` selects entries by any extra key of the adapter's own (e.g. a code path)."""
-    if not path.exists():
-        return []
-    data = tomllib.loads(path.read_text())
-    out = []
-    for k, entry in enumerate(data.get("deviation", [])):
-        if keep is not None and not keep(entry):
-            continue
-        missing = [key for key in ("id", "kind", "reason", "link") if not entry.get(key)]
-        if missing:
-            raise ValueError(f"{path}: deviation #{k + 1} lacks {', '.join(missing)}")
-        if entry["kind"] not in DEVIATION_KINDS:
-            raise ValueError(f"{path}: deviation #{k + 1} kind must be one of {DEVIATION_KINDS}, got {entry['kind']!r}")
-        out.append(Deviation(entry["id"], entry["kind"], entry["reason"], entry["link"], tuple(entry.get("dtypes", ()))))
-    return out
+    return Declarations()
 
 
 @dataclass
@@ -74,7 +46,8 @@ class Adapter:
     implementations: dict[str, Callable] = field(default_factory=dict)
     # spec parameter name -> the framework's config name, per formula ID (documentation + reports)
     param_map: dict[str, dict[str, str]] = field(default_factory=dict)
-    deviations: list[Deviation] = field(default_factory=list)
+    # the declarations file: unsupported formulas, capabilities and root-cause rules
+    deviations: object = field(default_factory=_no_declarations)
 
     def capabilities(self) -> set[str]:
         return set(self.implementations)
@@ -95,8 +68,6 @@ class Adapter:
     def call(self, formula_id: str, inputs: dict, params: dict) -> dict:
         return self.implementations[formula_id](inputs, params)
 
-    def deviation_for(self, case_id: str, formula_id: str, dtype: str) -> Deviation | None:
-        for d in self.deviations:
-            if d.applies(case_id, formula_id, dtype):
-                return d
-        return None
+    @property
+    def declarations(self):
+        return self.deviations

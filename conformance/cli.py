@@ -55,6 +55,10 @@ def _golden(args) -> int:
         print(f"wrote {len(files)} golden files ({n} cases) to {golden.GOLDEN_DIR} "
               f"in {time.perf_counter() - start:.1f} s")
         return 0
+    if args.action == "coverage":
+        from . import coverage
+
+        return coverage.main()
     problems = golden.verify()
     if problems:
         print("pgspec golden verify: FAILED", file=sys.stderr)
@@ -108,6 +112,7 @@ def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
         ok, why = _adapter_call(args.adapter, adapter, "device_available", args.device)
         if not ok:
             raise RunError(f"device {args.device!r} is not available: {why}")
+        runner.check_declarations(adapter)
         problems: list = []
         cases = runner.select_cases(args.formulas, problems=problems)
         for p in problems:
@@ -140,6 +145,7 @@ def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
     finally:
         if getattr(adapter, "run_case", None) is not None:
             adapter.close()
+    summary.finalize()
     report.print_matrix(summary, adapter, args.device, dtypes)
     code = summary.exit_code()
     for kind, path in reports:
@@ -261,7 +267,7 @@ def _adapters(args) -> int:
     from . import runner
 
     table = Table(title="pgspec adapters")
-    for col in ("name", "available", "framework", "version", "formulas", "deviations"):
+    for col in ("name", "available", "framework", "version", "formulas", "declarations"):
         table.add_column(col)
     for name in sorted(runner.BUILTIN_ADAPTERS):
         try:
@@ -283,7 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--formulas", default="*", metavar="GLOB", help="only IDs matching this glob")
     p.set_defaults(func=_formulas)
     g = sub.add_parser("golden", help="generate or verify the golden corpus")
-    g.add_argument("action", choices=("generate", "verify"))
+    g.add_argument("action", choices=("generate", "verify", "coverage"),
+                   help="generate: write the corpus; verify: regenerate in memory and require byte equality; "
+                        "coverage: which side of every bounding parameter binds in which cases")
     g.set_defaults(func=_golden)
     r = sub.add_parser("run", help="run the conformance suite against an adapter")
     r.add_argument("--adapter", default="torch", help="built-in adapter name or module:object (default torch)")

@@ -11,7 +11,7 @@ Protocol (``pgspec-worker/1``), every message one JSON object on one line:
 
     -> {"op": "hello"}
     <- {"ok": true, "protocol": "pgspec-worker/1", "adapter": {"name", "framework", "version",
-        "devices", "dtypes", "capabilities", "deviations", "available", "why"}}
+        "devices", "dtypes", "capabilities", "declarations", "available", "why"}}
     -> {"op": "run", "case": <a golden case object>, "dtype": "float32", "device": "cpu"}
     <- {"ok": true, "result": <CaseResult as JSON>}
     -> {"op": "properties", "dtype": "float32", "device": "cpu", "formulas": "*"}
@@ -87,7 +87,7 @@ def worker_main(argv=None) -> int:
                     "name": adapter.name, "framework": adapter.framework, "version": adapter.version,
                     "devices": list(adapter.devices), "dtypes": list(adapter.dtypes),
                     "capabilities": sorted(adapter.capabilities()),
-                    "deviations": [d.__dict__ | {"dtypes": list(d.dtypes)} for d in adapter.deviations],
+                    "declarations": runner.declarations_of(adapter).to_json(),
                     "available": ok, "why": why}})
             elif op == "run":
                 result = runner.run_case(adapter, msg["case"], msg["dtype"], msg["device"])
@@ -217,7 +217,7 @@ class IsolatedAdapter:
                  startup_timeout: float = STARTUP_TIMEOUT):
         import math
 
-        from pgspec.adapters.base import Deviation
+        from .declarations import Declarations
 
         from .runner import RunError
 
@@ -265,7 +265,7 @@ class IsolatedAdapter:
         self.devices = tuple(info["devices"])
         self.dtypes = tuple(info["dtypes"])
         self._capabilities = set(info["capabilities"])
-        self.deviations = [Deviation(d["id"], d["kind"], d["reason"], d["link"], tuple(d["dtypes"])) for d in info["deviations"]]
+        self.deviations = Declarations.from_json(info.get("declarations") or {})
         self._available = (info["available"], info["why"])
         self.implementations = {fid: None for fid in self._capabilities}
 
@@ -317,16 +317,10 @@ class IsolatedAdapter:
             return False, f"adapter {self.name!r} supports devices {', '.join(self.devices)}, not {device!r}"
         return True, ""
 
-    def deviation_for(self, case_id, formula_id, dtype):
-        for d in self.deviations:
-            if d.applies(case_id, formula_id, dtype):
-                return d
-        return None
-
     def run_case(self, case: dict, dtype: str, device: str):
         from pgspec.reference import REGISTRY
 
-        from .runner import CaseResult, _apply_deviation, repro_snippet
+        from .runner import CaseResult, classify, repro_snippet
 
         try:
             answer = self._request({"op": "run", "case": case, "dtype": dtype, "device": device}, self.timeout)
@@ -339,7 +333,8 @@ class IsolatedAdapter:
         result = CaseResult(self.name, self.version, device, dtype, case["id"], case["formula"], f.family,
                             case["category"], "error", message=message)
         result.repro = repro_snippet(self.adapter_name, case["id"], dtype, device)
-        return _apply_deviation(result, self.deviation_for(case["id"], case["formula"], dtype))
+        # the worker classified nothing: a crash is an error unless a rule expects one
+        return classify(result, self.deviations.rule_for(case["id"], case["formula"], dtype, case))
 
     def run_properties(self, dtype: str, device: str, formulas: str) -> list:
         """The property checks, run in the worker; a crash or a hang becomes one error row."""

@@ -1,8 +1,9 @@
-"""The combined conformance matrix: framework x family, from the JSON reports of several runs.
+"""The combined conformance matrix: formula x framework, from the JSON reports of several runs.
 
 ``python -m pgspec.conformance.matrix REPORT.json ... --out docs/conformance/matrix.md`` writes a
-Markdown table (pass / deviation / unsupported counts and the worst error ratio per framework and
-family, with framework versions, the date and the golden corpus digest).  A test checks that the
+Markdown table with one verdict per formula and framework (spec/verdicts.md), the frameworks'
+versions and the golden corpus digest, and ``verdicts.json`` beside it for the docs' per-formula
+pages.  Recorded runs (``docs/conformance/recorded/<name>.json``) are merged in.  A test checks that the
 committed matrix names the current corpus digest, so a regenerated corpus without a new matrix
 is caught.
 """
@@ -10,14 +11,16 @@ is caught.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import math
 import re
 import sys
 from pathlib import Path
 
 from . import golden
+from .verdicts import cell_text, formula_verdicts
+
+# recorded runs of frameworks CI cannot install (their JSON reports, committed): merged into the matrix
+RECORDED_DIR = Path(__file__).resolve().parent.parent / "docs" / "conformance" / "recorded"
 
 DIGEST_LINE = re.compile(r"^- golden corpus digest: `([0-9a-f]{64})`", re.M)
 
@@ -35,64 +38,67 @@ def committed_digest(path: Path) -> str | None:
     return m.group(1) if m else None
 
 
-def _cell(results):
-    counts = {}
-    worst = None
-    for r in results:
-        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-        ratio = r.get("error_ratio")
-        if isinstance(ratio, str):
-            ratio = float(ratio)
-        if ratio is not None and r["outcome"] == "pass":
-            worst = ratio if worst is None else max(worst, ratio)
-    parts = [f"{counts.get('pass', 0)} pass"]
-    for k in ("deviation", "unsupported", "fail", "error", "stale-deviation"):
-        if counts.get(k):
-            parts.append(f"{counts[k]} {k}")
-    if worst is not None:
-        parts.append("worst " + ("inf" if not math.isfinite(worst) else f"{worst:.2g}"))
-    return ", ".join(parts)
-
-
-def render(reports: list[dict], date: str | None = None) -> str:
-    date = date or datetime.date.today().isoformat()
-    families = sorted({r["family"] for rep in reports for r in rep["results"]})
-    columns = []
+def verdicts_json(reports: list[dict]) -> dict:
+    """docs/conformance/verdicts.json: every formula's verdict for every framework."""
+    frameworks = {}
+    formulas: dict = {}
     for rep in reports:
-        for dtype in rep["dtypes"]:
-            columns.append((rep, dtype))
+        name = rep["adapter"]
+        frameworks[name] = {"version": rep["version"], "recorded": rep.get("recorded")}
+        # a recorded run may be committed in compact form: its per-formula verdicts without the rows
+        per_formula = formula_verdicts(rep["results"]) if "results" in rep else rep["formulas"]
+        for fid, v in per_formula.items():
+            formulas.setdefault(fid, {})[name] = v
+    return {"corpus": corpus_digest(), "frameworks": frameworks,
+            "formulas": {fid: formulas[fid] for fid in sorted(formulas)}}
+
+
+def render(reports: list[dict]) -> str:
+    data = verdicts_json(reports)
+    names = list(data["frameworks"])
     lines = [
         "# Conformance matrix",
         "",
-        f"- date: {date}",
-        f"- golden corpus digest: `{corpus_digest()}`",
+        f"- golden corpus digest: `{data['corpus']}`",
         "",
-        "Each cell: outcome counts over the golden cases of that family (or the property checks of that "
-        "property) and the worst error ratio (error / bound, below 1 passes) among the passing ones. `unsupported`: the "
-        "framework has no counterpart for that formula. Per-framework details and every deviation "
-        "with its reason and source link: the framework's own page in this folder.",
+        "One verdict per formula and framework (spec/verdicts.md): `pass` with the worst error ratio (error / "
+        "bound; below 1 passes), `bug (n)` and `convention (n)` with the number of (case, dtype) results a "
+        "declared root cause explains, `not applicable` (outside what the framework can express), `unsupported` "
+        "(the framework lacks the formula). Each cell links to the framework's page, which lists every rule "
+        "with its reason and source link.",
         "",
-        "| framework | version | device | dtype | " + " | ".join(families) + " |",
-        "|---|---|---|---|" + "---|" * len(families),
+        "| framework | version |",
+        "|---|---|",
     ]
-    for rep, dtype in columns:
-        row = [rep["adapter"], rep["version"], rep["device"], dtype]
-        for fam in families:
-            rs = [r for r in rep["results"] if r["family"] == fam and r["dtype"] == dtype]
-            row.append(_cell(rs) if rs else "-")
-        lines.append("| " + " | ".join(row) + " |")
+    for name in names:
+        fw = data["frameworks"][name]
+        version = fw["version"] + (f", recorded at {fw['recorded']}" if fw.get("recorded") else "")
+        lines.append(f"| {name} | {version} |")
+    lines += ["", "| formula | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for fid, row in data["formulas"].items():
+        cells = []
+        for name in names:
+            v = row.get(name)
+            cells.append(f"[{cell_text(v)}]({name}.md)" if v else "-")
+        lines.append(f"| `{fid}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pgspec.conformance.matrix")
     parser.add_argument("reports", nargs="+", type=Path)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="the Markdown matrix to write")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the per-formula verdicts as JSON (default: verdicts.json beside --out)")
     args = parser.parse_args(argv)
     reports = [json.loads(p.read_text()) for p in args.reports]
+    reports += [json.loads(p.read_text()) for p in sorted(RECORDED_DIR.glob("*.json"))
+                if p.stem not in {r["adapter"] for r in reports}]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(reports))
-    print(f"wrote {args.out} ({len(reports)} reports)")
+    out_json = args.json or args.out.with_name("verdicts.json")
+    out_json.write_text(json.dumps(verdicts_json(reports), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {args.out} and {out_json} ({len(reports)} reports)")
     return 0
 
 

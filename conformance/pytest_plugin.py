@@ -3,8 +3,9 @@
 NAME is a built-in adapter (``torch``) or ``module:object`` for an adapter that lives in the
 user's own repository.  Each (case, dtype) becomes one test whose ID is the case ID and dtype,
 e.g. ``pgspec::kl.k3/two-tokens[float32]``.  pass -> passed; fail, error or stale-deviation ->
-failed (with the first failing element and a repro snippet); a declared deviation -> xfailed with
-its reason and link; an unsupported formula or dtype -> skipped.  Without the option the plugin
+failed (with the first failing element and a repro snippet); a declared bug or convention -> xfailed
+with its reason and link; an unsupported formula or dtype, or a case outside the adapter's declared
+capabilities -> skipped.  Without the option the plugin
 does nothing.
 """
 
@@ -40,10 +41,10 @@ class PgspecItem(pytest.Item):
             self.user_properties.append(("pgspec_error_ratio", result.error_ratio))
         if result.outcome == "pass":
             return
-        if result.outcome == "unsupported":
+        if result.outcome in ("unsupported", "not-applicable"):
             pytest.skip(result.message)
-        if result.outcome == "deviation":
-            d = result.deviation
+        if result.outcome in ("bug", "convention"):
+            d = result.declaration
             pytest.xfail(f"declared {d['kind']}: {d['reason']} ({d['link']})")
         raise PgspecFailure(result)
 

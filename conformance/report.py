@@ -1,10 +1,18 @@
-"""Reports of a run: the terminal matrix, and JSON, Markdown and HTML files."""
+"""Reports of a run: the terminal table, and JSON, Markdown and HTML files.
+
+The primary view is per formula (spec/verdicts.md): one verdict per formula, with the worst error
+ratio.  Family x dtype counts, the rules grouped by root cause with the number of cases each
+matched, and the formulas the adapter does not implement follow on the framework's page.  Reports
+carry no date, so a report of an unchanged run regenerates byte-identically.
+"""
 
 from __future__ import annotations
 
 import math
 
 from .runner import OUTCOMES
+from .verdicts import cell_text as verdict_text
+from .verdicts import formula_verdicts, ratio_text
 
 
 def matrix(summary, dtypes):
@@ -13,7 +21,7 @@ def matrix(summary, dtypes):
     for r in summary.results:
         cell = table.setdefault(r.family, {}).setdefault(r.dtype, {"counts": dict.fromkeys(OUTCOMES, 0), "worst": None})
         cell["counts"][r.outcome] += 1
-        if r.error_ratio is not None and r.outcome in ("pass", "fail", "stale-deviation"):
+        if r.error_ratio is not None and r.outcome in ("pass", "fail", "bug", "convention", "stale-deviation"):
             cell["worst"] = r.error_ratio if cell["worst"] is None else max(cell["worst"], r.error_ratio)
     return table
 
@@ -21,51 +29,59 @@ def matrix(summary, dtypes):
 def cell_text(cell) -> str:
     c = cell["counts"]
     parts = [f"{c['pass']} pass"]
-    for k in ("fail", "error", "deviation", "stale-deviation", "unsupported", "not-applicable"):
+    for k in ("fail", "error", "bug", "convention", "stale-deviation", "not-applicable", "unsupported"):
         if c[k]:
             parts.append(f"{c[k]} {k}")
     worst = cell["worst"]
     if worst is not None:
-        parts.append("worst " + ("inf" if not math.isfinite(worst) else f"{worst:.2g}"))
+        parts.append("worst " + ratio_text(worst))
     return ", ".join(parts)
+
+
+def _rows(summary):
+    return [r.to_json() for r in summary.results]
+
+
+def _bad(summary):
+    return [r for r in summary.results if r.outcome in ("fail", "error", "stale-deviation")]
+
+
+def failure_line(r) -> str:
+    last = r.message.strip().splitlines()[-1] if r.message else ""
+    return f"{r.outcome} {r.case_id} ({r.dtype}): {last}"
 
 
 def print_matrix(summary, adapter, device, dtypes):
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"pgspec conformance: {adapter.name} ({adapter.version}) on {device}; "
-                        "worst = largest error/bound of the passing and failing cases")
-    table.add_column("family")
-    for d in dtypes:
-        table.add_column(d)
-    m = matrix(summary, dtypes)
-    for family in sorted(m):
-        row = [family]
-        for d in dtypes:
-            cell = m[family].get(d)
-            if cell is None:
-                row.append("-")
-                continue
-            text = cell_text(cell)
-            bad = cell["counts"]["fail"] + cell["counts"]["error"] + cell["counts"]["stale-deviation"]
-            row.append(f"[red]{text}[/red]" if bad else f"[green]{text}[/green]")
-        table.add_row(*row)
+    table = Table(title=f"pgspec conformance: {escape(adapter.name)} ({escape(adapter.version)}) on {device}, "
+                        f"{', '.join(dtypes)}; worst = largest error/bound of the compared cases")
+    table.add_column("formula", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for k in ("pass", "bug", "convention", "not-applicable"):
+        table.add_column(k.replace("not-applicable", "n/a"), justify="right")
+    for fid, v in formula_verdicts(_rows(summary)).items():
+        text = verdict_text(v)
+        style = "red" if v["verdict"] in ("fail", "error", "stale") else (
+            "yellow" if v["verdict"] in ("bug", "convention") else "green" if v["verdict"] == "pass" else "dim")
+        c = v["counts"]
+        table.add_row(escape(fid), f"[{style}]{escape(text)}[/{style}]",
+                      *[str(c.get(k, 0) or "") for k in ("pass", "bug", "convention", "not-applicable")])
     console.print(table)
-    bad = [r for r in summary.results if r.outcome in ("fail", "error", "stale-deviation")]
+    bad = _bad(summary)
     for r in bad[:20]:
-        console.print(f"[red]{r.outcome}[/red] {r.case_id} [{r.dtype}]: {r.message.strip().splitlines()[-1] if r.message else ''}")
+        console.print(escape(failure_line(r)), style="red", highlight=False)
     if len(bad) > 20:
         console.print(f"... and {len(bad) - 20} more (see --report json:PATH)")
-    total = {k: sum(1 for r in summary.results if r.outcome == k) for k in OUTCOMES}
-    console.print(", ".join(f"{v} {k}" for k, v in total.items() if v) or "no cases")
+    console.print(summary.summary_line(adapter.name), highlight=False, soft_wrap=True)
 
 
 def _header(adapter, device, dtypes):
-    import datetime
-
     from .golden import load_manifest
+    from .matrix import corpus_digest
 
     manifest = load_manifest()
     return {
@@ -74,8 +90,8 @@ def _header(adapter, device, dtypes):
         "version": adapter.version,
         "device": device,
         "dtypes": list(dtypes),
-        "date": datetime.date.today().isoformat(),
-        "golden": {"pgspec": manifest["pgspec"], "mpmath": manifest["mpmath"], "dps": manifest["dps"]},
+        "golden": {"pgspec": manifest["pgspec"], "mpmath": manifest["mpmath"], "dps": manifest["dps"],
+                   "digest": corpus_digest()},
     }
 
 
@@ -83,55 +99,119 @@ def to_json(summary, adapter, device, dtypes) -> dict:
     m = matrix(summary, dtypes)
     return {
         **_header(adapter, device, dtypes),
+        "summary": summary.summary_line(adapter.name),
         "totals": {k: sum(1 for r in summary.results if r.outcome == k) for k in OUTCOMES},
+        "formulas": formula_verdicts(_rows(summary)),
         "matrix": {fam: {d: {"counts": c["counts"], "worst_error_ratio": c["worst"]} for d, c in row.items()}
                    for fam, row in m.items()},
-        "results": [r.to_json() for r in summary.results],
+        "results": _rows(summary),
     }
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _link(link: str) -> str:
+    return f"[source]({link})" if link.startswith(("http://", "https://")) else f"`{link}`"
+
+
+def _declaration_tables(summary, adapter) -> list[str]:
+    from .runner import declarations_of
+
+    decl = declarations_of(adapter)
+    matched: dict = {}
+    for r in summary.results:
+        d = r.declaration
+        if d:
+            key = (d["source"], d["declaration"])
+            matched.setdefault(key, {}).setdefault(r.outcome, 0)
+            matched[key][r.outcome] += 1
+    lines = []
+    rules = decl.rules
+    if rules:
+        lines += ["## Deviations, by root cause", "",
+                  "Each rule of the adapter's declarations file, with the results it classified in this run "
+                  "(spec/verdicts.md).", "",
+                  "| rule | kind | IDs | when | dtypes | cases | reason | source |", "|---|---|---|---|---|---|---|---|"]
+        for d in rules:
+            m = matched.get((d.source, d.label), {})
+            n = sum(v for k, v in m.items() if k in (d.kind, "stale-deviation"))
+            stale = " (stale)" if m.get("stale-deviation") else ""
+            when = ", ".join([f"{k} in {dom.to_json()}" for k, dom in d.params] + list(d.inputs)) or "-"
+            lines.append(f"| {d.position} | {d.kind}{' (error)' if d.expect == 'error' else ''} | "
+                         f"{_md(', '.join(f'`{i}`' for i in d.ids))} | {_md(when)} | {', '.join(d.dtypes) or 'all'} | "
+                         f"{n}{stale} | {_md(d.reason)} | {_link(d.link)} |")
+        lines.append("")
+    if decl.capabilities:
+        lines += ["## Capabilities (cases outside them are not applicable)", "",
+                  "| formulas | domain | cases not applicable | reason | source |", "|---|---|---|---|---|"]
+        for d in decl.capabilities:
+            n = matched.get((d.source, d.label), {}).get("not-applicable", 0)
+            dom = ", ".join([f"{k} in {v.to_json()}" for k, v in d.params] + list(d.inputs))
+            lines.append(f"| {_md(', '.join(f'`{i}`' for i in d.ids))} | {_md(dom)} | {n} | {_md(d.reason)} | "
+                         f"{_link(d.link)} |")
+        lines.append("")
+    unsupported = sorted({r.formula: r for r in summary.results if r.outcome == "unsupported"
+                          and "does not support" not in r.message}.items())
+    if unsupported:
+        lines += ["## Formulas not implemented", "", "| formula | why |", "|---|---|"]
+        for fid, r in unsupported:
+            why = _md(r.message)
+            if r.declaration:
+                why += " " + _link(r.declaration["link"])
+            lines.append(f"| `{fid}` | {why} |")
+        lines.append("")
+    return lines
 
 
 def to_markdown(summary, adapter, device, dtypes) -> str:
     h = _header(adapter, device, dtypes)
     m = matrix(summary, dtypes)
+    verdicts = formula_verdicts(_rows(summary))
     lines = [
         f"# pgspec conformance: {h['adapter']}",
         "",
         f"- framework: {h['framework']} ({h['version']})",
-        f"- device: {device}; dtypes: {', '.join(dtypes)}; date: {h['date']}",
+        f"- device: {device}; dtypes: {', '.join(dtypes)}",
         f"- golden corpus: pgspec {h['golden']['pgspec']}, mpmath {h['golden']['mpmath']}, dps {h['golden']['dps']}",
+        f"- golden corpus digest: `{h['golden']['digest']}`",
         "",
-        "Each cell: outcome counts and the worst error ratio (error / bound; below 1 passes) of the passing and "
-        "failing cases (declared deviations are listed below with their reasons).",
+        f"**{summary.summary_line(adapter.name)}**",
         "",
-        "| family | " + " | ".join(dtypes) + " |",
-        "|---|" + "---|" * len(dtypes),
+        "## Verdict per formula",
+        "",
+        "Verdicts as spec/verdicts.md defines them, over all dtypes and the property checks of the formula; "
+        "worst: the largest error ratio (error / bound; below 1 passes) of the compared cases.",
+        "",
+        "| formula | verdict | pass | bug | convention | not applicable | worst |",
+        "|---|---|---|---|---|---|---|",
     ]
+    for fid, v in verdicts.items():
+        c = v["counts"]
+        lines.append(f"| `{fid}` | {verdict_text(v)} | {c.get('pass', 0)} | {c.get('bug', 0)} | "
+                     f"{c.get('convention', 0)} | {c.get('not-applicable', 0)} | {ratio_text(v['worst_ratio'])} |")
+    lines.append("")
+    lines += _declaration_tables(summary, adapter)
+    lines += ["## Counts per family and dtype", "",
+              "| family | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]
     for fam in sorted(m):
         cells = [cell_text(m[fam][d]) if d in m[fam] else "-" for d in dtypes]
         lines.append(f"| {fam} | " + " | ".join(cells) + " |")
     lines.append("")
-    bad = [r for r in summary.results if r.outcome in ("fail", "error", "stale-deviation")]
+    bad = _bad(summary)
     if bad:
         lines += ["## Failures, errors and stale deviations", ""]
         for r in bad:
             lines.append(f"### `{r.case_id}` ({r.dtype}): {r.outcome}")
             lines.append("")
-            if r.deviation:
-                lines.append(f"Declared {r.deviation['kind']}: {r.deviation['reason']} ({r.deviation['link']})")
+            if r.declaration:
+                d = r.declaration
+                lines.append(f"Declared {d['kind']} ({d['declaration']}): {d['reason']} ({d['link']})")
                 lines.append("")
             if r.message:
                 lines += ["```", r.message.strip(), "```", ""]
             lines += ["Reproduce:", "", "```python", r.repro.strip(), "```", ""]
-    deviations = [r for r in summary.results if r.outcome == "deviation"]
-    if deviations:
-        lines += ["## Declared deviations that reproduce", "",
-                  "| case | dtype | kind | reason | source |", "|---|---|---|---|---|"]
-        for r in deviations:
-            d = r.deviation
-            reason = d["reason"].replace("|", "\\|")
-            source = f"[link]({d['link']})" if d["link"].startswith(("http://", "https://")) else f"`{d['link']}`"
-            lines.append(f"| `{r.case_id}` | {r.dtype} | {d['kind']} | {reason} | {source} |")
-        lines.append("")
     return "\n".join(lines) + "\n"
 
 
@@ -184,16 +264,16 @@ def to_html(summary, adapter, device, dtypes) -> str:
                 continue
             c = cell["counts"]
             bad = c["fail"] + c["error"] + c["stale-deviation"]
-            cls = "bad" if bad else ("dev" if c["deviation"] else "ok")
+            cls = "bad" if bad else ("dev" if c["bug"] + c["convention"] else "ok")
             cells.append(f'<td class="{cls}">{html.escape(cell_text(cell))}</td>')
         rows.append(f"<tr><th>{html.escape(fam)}</th>{''.join(cells)}</tr>")
-    notable = [r for r in summary.results if r.outcome not in ("pass", "unsupported")]
+    notable = [r for r in summary.results if r.outcome not in ("pass", "unsupported", "not-applicable")]
     details = []
     for r in notable:
         dev = ""
-        if r.deviation:
-            dev = (f"<p>Declared {html.escape(r.deviation['kind'])}: {html.escape(r.deviation['reason'])} "
-                   f'(<a href="{html.escape(r.deviation["link"])}">source</a>)</p>')
+        if r.declaration:
+            dev = (f"<p>Declared {html.escape(r.declaration['kind'])}: {html.escape(r.declaration['reason'])} "
+                   f'(<a href="{html.escape(r.declaration["link"])}">source</a>)</p>')
         details.append(
             f"<h3><code>{html.escape(r.case_id)}</code> ({r.dtype}): {r.outcome}</h3>{dev}"
             f"<pre>{html.escape(r.message.strip())}</pre><p>Reproduce:</p><pre>{html.escape(r.repro.strip())}</pre>"
@@ -208,7 +288,8 @@ td.ok {{ background: #dff0d8; }} td.bad {{ background: #f2dede; }} td.dev {{ bac
 pre {{ background: #f6f6f6; padding: 0.6em; overflow-x: auto; }}
 </style></head><body>
 <h1>pgspec conformance: {html.escape(h['adapter'])}</h1>
-<p>{html.escape(h['framework'])} ({html.escape(h['version'])}) on {html.escape(device)}, {h['date']};
+<p><strong>{html.escape(summary.summary_line(adapter.name))}</strong></p>
+<p>{html.escape(h['framework'])} ({html.escape(h['version'])}) on {html.escape(device)};
 golden corpus pgspec {html.escape(h['golden']['pgspec'])}, mpmath {html.escape(h['golden']['mpmath'])}, dps {h['golden']['dps']}.</p>
 <p>Totals: {html.escape(totals)}. Each cell gives outcome counts and the worst error ratio (error / bound; below 1 passes).</p>
 <table><tr><th>family</th>{''.join(f'<th>{html.escape(d)}</th>' for d in dtypes)}</tr>

@@ -1,8 +1,10 @@
 """Run the golden corpus against an adapter and classify every (case, dtype).
 
-Outcomes: pass, fail, error (the adapter raised), unsupported (formula not in its capabilities,
-or dtype not supported), deviation (fails, and a deviation is declared), stale-deviation (a
-deviation is declared but the case now passes).  A crash in one case never stops the run.
+Outcomes and the order in which a case is classified are normative (spec/verdicts.md): unsupported
+(formula or dtype absent), not-applicable (outside a declared capability; never called), pass, fail,
+error (the implementation raised), bug / convention (a failure, or an expected error, that a
+declared rule explains), stale-deviation (a rule whose every matched case now passes).  A rule that
+expects a mismatch never absorbs a crash.  A crash in one case never stops the run.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pgspec.reference import REGISTRY
 
 from . import golden, tolerance
 
-OUTCOMES = ("pass", "fail", "error", "unsupported", "not-applicable", "deviation", "stale-deviation")
+OUTCOMES = ("pass", "fail", "error", "bug", "convention", "not-applicable", "unsupported", "stale-deviation")
 BAD_OUTCOMES = ("fail", "error", "stale-deviation")
 
 BUILTIN_ADAPTERS = {
@@ -54,7 +56,7 @@ class CaseResult:
     compared: int = 0
     first_failure: dict | None = None
     message: str = ""
-    deviation: dict | None = None
+    declaration: dict | None = None   # the declaration that classified (or matched) this result
     repro: str = ""
 
     def to_json(self):
@@ -65,8 +67,8 @@ class CaseResult:
         return d
 
 
-ADAPTER_ATTRIBUTES = ("name", "framework", "version", "dtypes", "devices", "deviations", "capabilities", "call",
-                      "available", "device_available", "deviation_for")
+ADAPTER_ATTRIBUTES = ("name", "framework", "version", "dtypes", "devices", "capabilities", "call", "available",
+                      "device_available")
 
 
 def load_adapter(spec: str):
@@ -121,6 +123,26 @@ def _one_line(e: BaseException) -> str:
         return f"SystemExit (sys.exit({e.code!r}))"
     text = " ".join(str(e).split())
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def check_declarations(adapter) -> None:
+    """The adapter's declarations against the whole corpus (spec/verdicts.md): a rule that matches no
+    (case, dtype) and no property row is an error of the declarations file (RunError, exit 2)."""
+    from .declarations import DeclarationError
+    from .properties import PROPERTIES
+
+    property_ids = [f"{pid}/{fid}" for pid, prop in PROPERTIES.items() for fid in prop.formulas]
+    problems: list = []
+    try:
+        corpus = golden.load_all(problems=problems)
+    except golden.GoldenError as e:
+        raise RunError(f"golden corpus: {e}") from None
+    if problems:  # a partial corpus cannot tell a dead rule; the run reports the corrupted files (exit 2)
+        return
+    try:
+        declarations_of(adapter).check_against_corpus(corpus, adapter.dtypes, property_ids)
+    except DeclarationError as e:
+        raise RunError(f"adapter {adapter.name!r}: declarations file error:\n{e}") from None
 
 
 def select_cases(formulas: str = "*", problems: list | None = None) -> list[dict]:
@@ -347,20 +369,27 @@ def float16_inexact(case: dict) -> str:
 
 
 def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
-    import torch
-
     f = REGISTRY[case["formula"]]
     result = CaseResult(adapter.name, adapter.version, device, dtype, case["id"], case["formula"], f.family,
                         case["category"], "pass")
     result.repro = repro_snippet(adapter.name, case["id"], dtype, device)
-    deviation = adapter.deviation_for(case["id"], case["formula"], dtype)
+    decl = declarations_of(adapter)
     if case["formula"] not in adapter.capabilities():
         result.outcome = "unsupported"
-        result.message = f"{adapter.name} does not implement {case['formula']}"
+        why = decl.unsupported_for(case["formula"])
+        result.message = why.reason if why else f"{adapter.name} does not implement {case['formula']}"
+        if why:
+            result.declaration = why.summary()
         return result
     if dtype not in adapter.dtypes:
         result.outcome = "unsupported"
         result.message = f"{adapter.name} does not support {dtype}"
+        return result
+    outside = decl.not_applicable(case)
+    if outside is not None:
+        result.outcome = "not-applicable"
+        result.message = outside.reason
+        result.declaration = outside.summary()
         return result
     if dtype == "float16":
         why = float16_inexact(case)
@@ -368,6 +397,21 @@ def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
             result.outcome = "not-applicable"
             result.message = why
             return result
+    rule = decl.rule_for(case["id"], case["formula"], dtype, case)
+    return classify(_compare_case(adapter, case, dtype, device, result), rule)
+
+
+def declarations_of(adapter):
+    from .declarations import Declarations
+
+    decl = getattr(adapter, "deviations", None)
+    return decl if isinstance(decl, Declarations) else Declarations()
+
+
+def _compare_case(adapter, case, dtype, device, result) -> CaseResult:
+    import torch
+
+    f = REGISTRY[case["formula"]]
     try:
         tensors = to_tensors(case["formula"], case_inputs(case), dtype, device)
         with torch.enable_grad():
@@ -383,13 +427,13 @@ def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
     except MalformedOutput as e:
         result.outcome = "error"
         result.message = str(e)
-        return _apply_deviation(result, deviation)
+        return result
     except BaseException as e:  # noqa: BLE001 - any crash of the implementation (SystemExit too) is an outcome
         if isinstance(e, KeyboardInterrupt):
             raise
         result.outcome = "error"
         result.message = traceback.format_exc(limit=8)
-        return _apply_deviation(result, deviation)
+        return result
     worst = -1.0
     compared = 0
     # The primary output (the one the spec differentiates, else the first) and the gradients are
@@ -406,7 +450,7 @@ def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
         if got is None:
             result.outcome = "error"
             result.message = f"the adapter returned no {key!r}"
-            return _apply_deviation(result, deviation)
+            return result
         for path, value, r, s in _elements(case, key, ref, got):
             cmp = tolerance.compare(value, r, s, f.family, dtype)
             compared += 1
@@ -424,18 +468,24 @@ def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
         ff = result.first_failure
         result.message = (f"{ff['output']}{ff['index']}: got {ff['got']}, reference {ff['ref']}, "
                           f"error {ff['error']:.3g} > bound {ff['bound']:.3g}")
-    return _apply_deviation(result, deviation)
+    return result
 
 
-def _apply_deviation(result: CaseResult, deviation) -> CaseResult:
-    if deviation is None:
+def classify(result: CaseResult, rule) -> CaseResult:
+    """Apply the matching rule (spec/verdicts.md, step 5): a ``fail`` that a ``mismatch`` rule
+    declares, or an ``error`` that an ``error`` rule declares, takes the rule's kind; anything else
+    keeps its outcome (a passing case records the rule, for the stale check at the end of a run)."""
+    if rule is None:
         return result
-    result.deviation = {"id": deviation.id, "kind": deviation.kind, "reason": deviation.reason, "link": deviation.link}
-    if result.outcome in ("fail", "error"):
-        result.outcome = "deviation"
-    elif result.outcome == "pass":
-        result.outcome = "stale-deviation"
-        result.message = f"declared deviation {deviation.id!r} ({deviation.kind}) no longer reproduces: the case passes"
+    result.declaration = rule.summary()
+    expected = {"mismatch": "fail", "error": "error"}[rule.expect]
+    if result.outcome == expected:
+        result.outcome = rule.kind
+    elif result.outcome in ("fail", "error"):
+        result.message = (f"{rule.label} of {rule.source} matches this case but expects "
+                          f"{'a mismatch' if rule.expect == 'mismatch' else 'an error'}, and the case "
+                          f"{'raised' if result.outcome == 'error' else 'returned numbers that fail'}; "
+                          f"it stays {result.outcome}:\n{result.message}")
     return result
 
 
@@ -474,7 +524,7 @@ def property_results(adapter, dtype: str, device: str, formulas: str, adapter_sp
                        message=p.get("message", ""), repro=p.get("repro", ""))
         if p["outcome"] == "fail" and p.get("example") is not None:
             r.first_failure = {"example": p["example"]}
-        out.append(_apply_deviation(r, adapter.deviation_for(r.case_id, p["property"], dtype)))
+        out.append(classify(r, declarations_of(adapter).rule_for(r.case_id, p["property"], dtype, None)))
     return out
 
 
@@ -482,5 +532,35 @@ def property_results(adapter, dtype: str, device: str, formulas: str, adapter_sp
 class RunSummary:
     results: list = field(default_factory=list)
 
+    def finalize(self) -> "RunSummary":
+        """Mark stale rules: a rule that matched results in this run, all of which pass, is stale;
+        its passing cases become ``stale-deviation`` (spec/verdicts.md)."""
+        by_rule: dict = {}
+        for r in self.results:
+            d = r.declaration
+            if d and d["declaration"].startswith("rule "):
+                by_rule.setdefault((d["source"], d["declaration"]), []).append(r)
+        for (source, label), rs in by_rule.items():
+            if all(r.outcome == "pass" for r in rs):
+                for r in rs:
+                    r.outcome = "stale-deviation"
+                    r.message = (f"{label} of {source} ({rs[0].declaration['kind']}) matched {len(rs)} result(s) "
+                                 "in this run and all of them pass: the declared deviation no longer reproduces")
+        return self
+
     def exit_code(self) -> int:
         return 1 if any(r.outcome in BAD_OUTCOMES for r in self.results) else 0
+
+    def applicable(self) -> list:
+        return [r for r in self.results if r.outcome not in ("not-applicable", "unsupported")]
+
+    def summary_line(self, name: str) -> str:
+        """NAME: P of A applicable cases pass; B known bugs (R root causes); C conventions; N not applicable"""
+        count = {k: sum(1 for r in self.results if r.outcome == k) for k in OUTCOMES}
+        bug_causes = {(r.declaration["source"], r.declaration["declaration"]) for r in self.results
+                      if r.outcome == "bug" and r.declaration}
+        line = (f"{name}: {count['pass']} of {len(self.applicable())} applicable cases pass; "
+                f"{count['bug']} known bugs ({len(bug_causes)} root causes); {count['convention']} conventions; "
+                f"{count['not-applicable']} not applicable")
+        extra = [f"{count[k]} {k}" for k in ("fail", "error", "stale-deviation", "unsupported") if count[k]]
+        return line + ("; " + "; ".join(extra) if extra else "")

@@ -1,0 +1,373 @@
+"""An adapter's declarations: unsupported formulas, capabilities and deviation rules.
+
+The file format, the order in which a case is classified and the policy that decides between
+``bug`` and ``convention`` are normative: spec/verdicts.md.  This module reads and checks the file
+(every error names the file, the declaration and the bad key) and answers the runner's three
+questions: is this formula unsupported (and why), is this case outside a capability (and why),
+which rule declares this result.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TABLES = ("unsupported", "capability", "rule")
+KINDS = ("bug", "convention")
+EXPECTS = ("mismatch", "error")
+DTYPES = ("float64", "float32", "bfloat16", "float16")
+MAX_DECLARATIONS = 60
+_KEYS = {
+    "unsupported": {"formulas", "reason", "link"},
+    "capability": {"formulas", "params", "inputs", "reason", "link"},
+    "rule": {"ids", "dtypes", "when", "kind", "expect", "reason", "link"},
+}
+_REQUIRED = {
+    "unsupported": ("formulas", "reason", "link"),
+    "capability": ("formulas", "reason", "link"),
+    "rule": ("ids", "kind", "reason", "link"),
+}
+
+
+class DeclarationError(ValueError):
+    """A declarations file is malformed, or a rule matches no case of the corpus."""
+
+
+def _null(v):
+    return None if v == "null" else v
+
+
+def _number(v):
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values one parameter may take: a list (``"null"`` is null), or a closed interval."""
+
+    values: tuple = ()
+    lo: float | None = None
+    hi: float | None = None
+    interval: bool = False
+
+    @classmethod
+    def parse(cls, raw, where: str) -> "Domain":
+        if isinstance(raw, dict):
+            unknown = set(raw) - {"min", "max"}
+            if unknown or not raw:
+                raise DeclarationError(f"{where}: a parameter range is {{ min = a, max = b }}, got {raw!r}")
+            lo, hi = raw.get("min"), raw.get("max")
+            for v in (lo, hi):
+                if v is not None and _number(v) is None:
+                    raise DeclarationError(f"{where}: range bounds must be numbers, got {v!r}")
+            return cls(lo=_number(lo) if lo is not None else None, hi=_number(hi) if hi is not None else None,
+                       interval=True)
+        items = raw if isinstance(raw, list) else [raw]
+        return cls(values=tuple(_null(v) for v in items))
+
+    def admits(self, value) -> bool:
+        if self.interval:
+            x = _number(value)
+            if x is None or math.isnan(x):
+                return False
+            return (self.lo is None or x >= self.lo) and (self.hi is None or x <= self.hi)
+        for allowed in self.values:
+            if allowed is None or value is None:
+                if allowed is None and value is None:
+                    return True
+                continue
+            if isinstance(allowed, bool) or isinstance(value, bool):
+                if allowed is value:
+                    return True
+                continue
+            a, b = _number(allowed), _number(value)
+            if a is not None and b is not None and not isinstance(allowed, str):
+                if a == b:
+                    return True
+                continue
+            if allowed == value:
+                return True
+        return False
+
+    def to_json(self):
+        if self.interval:
+            return {"min": self.lo, "max": self.hi}
+        return ["null" if v is None else v for v in self.values]
+
+
+@dataclass(frozen=True)
+class Declaration:
+    table: str                      # unsupported | capability | rule
+    position: int                   # 1-based, within its table
+    source: str                     # the file it came from
+    ids: tuple                      # formula globs (unsupported, capability) or formula/case ID globs (rule)
+    reason: str
+    link: str
+    kind: str | None = None         # rules: bug | convention
+    expect: str = "mismatch"        # rules: mismatch | error
+    dtypes: tuple = ()              # rules: only these dtypes (empty: all)
+    params: tuple = ()              # ((name, Domain), ...)
+    inputs: tuple = ()              # predicate names, "not NAME" negates
+
+    @property
+    def label(self) -> str:
+        return f"{self.table} {self.position}"
+
+    def matches_id(self, case_id: str, formula_id: str) -> bool:
+        return any(fnmatch.fnmatchcase(case_id, g) or fnmatch.fnmatchcase(formula_id, g) for g in self.ids)
+
+    def conditions_hold(self, case: dict | None) -> bool:
+        """The parameter domains and input predicates (all of them) hold for this case.  A property
+        row has no golden case: only a declaration without conditions holds for it."""
+        if not self.params and not self.inputs:
+            return True
+        if case is None:
+            return False
+        params = resolved_params(case)
+        for name, domain in self.params:
+            if name not in params or not domain.admits(params[name]):
+                return False
+        return all(_predicate(case, p) for p in self.inputs)
+
+    def to_json(self) -> dict:
+        d = {"table": self.table, "position": self.position, "source": self.source, "ids": list(self.ids),
+             "reason": self.reason, "link": self.link}
+        if self.table == "rule":
+            d.update(kind=self.kind, expect=self.expect, dtypes=list(self.dtypes))
+        if self.params:
+            d["params"] = {n: dom.to_json() for n, dom in self.params}
+        if self.inputs:
+            d["inputs"] = list(self.inputs)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Declaration":
+        params = tuple((n, Domain.parse(v, d["source"])) for n, v in (d.get("params") or {}).items())
+        return cls(d["table"], d["position"], d["source"], tuple(d["ids"]), d["reason"], d["link"], d.get("kind"),
+                   d.get("expect", "mismatch"), tuple(d.get("dtypes", ())), params, tuple(d.get("inputs", ())))
+
+    def summary(self) -> dict:
+        """What a result carries about the declaration that classified it."""
+        return {"declaration": self.label, "kind": self.kind or self.table, "reason": self.reason, "link": self.link,
+                "source": self.source}
+
+
+def resolved_params(case: dict) -> dict:
+    """The case's parameters with the registry defaults filled in."""
+    from pgspec.reference import REGISTRY
+
+    f = REGISTRY[case["formula"]]
+    out = {p.name: p.default for p in f.params}
+    out.update(case.get("params") or {})
+    return out
+
+
+_PRED_CACHE: dict = {}
+
+
+def _predicate(case: dict, expr: str) -> bool:
+    from .predicates import predicates
+
+    negate = expr.startswith("not ")
+    name = expr[4:].strip() if negate else expr
+    key = (case["id"], name)
+    if key not in _PRED_CACHE:
+        _PRED_CACHE[key] = bool(predicates()[name](case))
+    return _PRED_CACHE[key] != negate
+
+
+@dataclass
+class Declarations:
+    path: str = ""
+    unsupported: list = field(default_factory=list)
+    capabilities: list = field(default_factory=list)
+    rules: list = field(default_factory=list)
+
+    def __len__(self):
+        return len(self.unsupported) + len(self.capabilities) + len(self.rules)
+
+    def all(self):
+        return [*self.unsupported, *self.capabilities, *self.rules]
+
+    def unsupported_for(self, formula_id: str):
+        for d in self.unsupported:
+            if any(fnmatch.fnmatchcase(formula_id, g) for g in d.ids):
+                return d
+        return None
+
+    def not_applicable(self, case: dict):
+        """The first capability that matches the case's formula and does not admit the case."""
+        for d in self.capabilities:
+            if any(fnmatch.fnmatchcase(case["formula"], g) for g in d.ids) and not d.conditions_hold(case):
+                return d
+        return None
+
+    def rule_for(self, case_id: str, formula_id: str, dtype: str, case: dict | None):
+        for d in self.rules:
+            if d.dtypes and dtype not in d.dtypes:
+                continue
+            if d.matches_id(case_id, formula_id) and d.conditions_hold(case):
+                return d
+        return None
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "declarations": [d.to_json() for d in self.all()]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Declarations":
+        out = cls(data.get("path", ""))
+        for raw in data.get("declarations", []):
+            d = Declaration.from_json(raw)
+            {"unsupported": out.unsupported, "capability": out.capabilities, "rule": out.rules}[d.table].append(d)
+        return out
+
+    def check_against_corpus(self, cases: list, dtypes, property_ids=()) -> None:
+        """Raise DeclarationError naming every rule that matches no (case, dtype) of the corpus and no
+        property row, and every capability or unsupported entry whose globs match no formula."""
+        from pgspec.reference import REGISTRY
+
+        problems = []
+        for d in [*self.unsupported, *self.capabilities]:
+            if not any(fnmatch.fnmatchcase(fid, g) for fid in REGISTRY for g in d.ids):
+                problems.append(f"{self.path}: [[{d.table}]] #{d.position} ({', '.join(d.ids)}) matches no formula ID")
+        for d in self.rules:
+            ds = [x for x in dtypes if not d.dtypes or x in d.dtypes]
+            hit = bool(ds) and (any(d.matches_id(c["id"], c["formula"]) and d.conditions_hold(c) for c in cases)
+                                or any(d.matches_id(pid, pid.split("/")[0]) and d.conditions_hold(None)
+                                       for pid in property_ids))
+            if not hit:
+                problems.append(f"{self.path}: [[rule]] #{d.position} ({', '.join(d.ids)}) matches no case of "
+                                f"the corpus in dtypes {', '.join(ds) or '(none of the adapter’s)'}: a rule that "
+                                "matches nothing is an error; remove it or correct its globs and conditions")
+        if problems:
+            raise DeclarationError("\n".join(problems))
+
+
+def _as_list(v, where, key):
+    if isinstance(v, str):
+        return [v]
+    if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+        return v
+    raise DeclarationError(f"{where}: {key!r} must be a string or a non-empty list of strings, got {v!r}")
+
+
+def _param_domains(raw, where, formula_globs):
+    from pgspec.reference import REGISTRY
+
+    if not isinstance(raw, dict):
+        raise DeclarationError(f"{where}: 'params' must be a table {{ name = [values] }}, got {raw!r}")
+    known = {p.name for fid, f in REGISTRY.items() for p in f.params
+             if any(fnmatch.fnmatchcase(fid, g) for g in formula_globs) or not formula_globs}
+    if not formula_globs or not known:
+        known = {p.name for f in REGISTRY.values() for p in f.params}
+    out = []
+    for name, value in raw.items():
+        if name not in known:
+            raise DeclarationError(f"{where}: unknown parameter {name!r} (parameters of the matched formulas: "
+                                   f"{', '.join(sorted(known))})")
+        out.append((name, Domain.parse(value, f"{where}: params.{name}")))
+    return tuple(out)
+
+
+def _inputs(raw, where):
+    from .predicates import predicates
+
+    names = _as_list(raw, where, "inputs")
+    known = predicates()
+    for expr in names:
+        name = expr[4:].strip() if expr.startswith("not ") else expr
+        if name not in known:
+            raise DeclarationError(f"{where}: unknown input predicate {name!r}; known: {', '.join(sorted(known))} "
+                                   "(pgspec.conformance.predicates)")
+    return tuple(names)
+
+
+def _formula_globs_of(ids):
+    return [g.split("/")[0] for g in ids]
+
+
+def parse(data: dict, path: str) -> Declarations:
+    unknown_tables = set(data) - set(TABLES) - {"tested", "about"}
+    if unknown_tables:
+        raise DeclarationError(f"{path}: unknown table(s) {', '.join(sorted(unknown_tables))}; expected "
+                               "[[unsupported]], [[capability]] and [[rule]] (spec/verdicts.md)")
+    out = Declarations(path)
+    for table in TABLES:
+        entries = data.get(table, [])
+        if not isinstance(entries, list):
+            raise DeclarationError(f"{path}: {table} must be an array of tables ([[{table}]])")
+        for k, entry in enumerate(entries, 1):
+            where = f"{path}: [[{table}]] #{k}"
+            unknown = set(entry) - _KEYS[table]
+            if unknown:
+                raise DeclarationError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: "
+                                       f"{', '.join(sorted(_KEYS[table]))}")
+            missing = [key for key in _REQUIRED[table] if not entry.get(key)]
+            if missing:
+                raise DeclarationError(f"{where}: lacks {', '.join(missing)}")
+            for key in ("reason", "link"):
+                if not isinstance(entry[key], str) or "\n" in entry[key].strip():
+                    raise DeclarationError(f"{where}: {key!r} must be one line of text")
+            ids = tuple(_as_list(entry["formulas" if table != "rule" else "ids"], where,
+                                 "formulas" if table != "rule" else "ids"))
+            kw = {}
+            if table == "rule":
+                if entry["kind"] not in KINDS:
+                    raise DeclarationError(f"{where}: kind must be one of {', '.join(KINDS)}, got {entry['kind']!r}")
+                expect = entry.get("expect", "mismatch")
+                if expect not in EXPECTS:
+                    raise DeclarationError(f"{where}: expect must be one of {', '.join(EXPECTS)}, got {expect!r}")
+                dtypes = tuple(_as_list(entry.get("dtypes", list(DTYPES)), where, "dtypes")) if "dtypes" in entry else ()
+                bad = [d for d in dtypes if d not in DTYPES]
+                if bad:
+                    raise DeclarationError(f"{where}: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
+                when = entry.get("when", {})
+                if not isinstance(when, dict) or set(when) - {"params", "inputs"}:
+                    raise DeclarationError(f"{where}: 'when' is a table with 'params' and/or 'inputs', got {when!r}")
+                kw = dict(kind=entry["kind"], expect=expect, dtypes=dtypes,
+                          params=_param_domains(when.get("params", {}), where, _formula_globs_of(ids)),
+                          inputs=_inputs(when["inputs"], where) if "inputs" in when else ())
+            elif table == "capability":
+                if "params" not in entry and "inputs" not in entry:
+                    raise DeclarationError(f"{where}: a capability restricts 'params' and/or 'inputs'")
+                kw = dict(params=_param_domains(entry.get("params", {}), where, ids),
+                          inputs=_inputs(entry["inputs"], where) if "inputs" in entry else ())
+            d = Declaration(table, k, path, ids, entry["reason"].strip(), entry["link"].strip(), **kw)
+            {"unsupported": out.unsupported, "capability": out.capabilities, "rule": out.rules}[table].append(d)
+    if len(out) > MAX_DECLARATIONS:
+        raise DeclarationError(f"{path}: {len(out)} declarations; at most {MAX_DECLARATIONS} (one rule per root "
+                               "cause, spec/verdicts.md)")
+    return out
+
+
+def load(path) -> Declarations:
+    """Read and check a declarations file; a missing file declares nothing."""
+    path = Path(path)
+    shown = _display_path(path)
+    if not path.exists():
+        return Declarations(shown)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise DeclarationError(f"{shown}: not valid TOML: {e}") from None
+    return parse(data, shown)
+
+
+def _display_path(path: Path) -> str:
+    parts = path.resolve().parts
+    if "adapters" in parts:
+        i = len(parts) - 1 - parts[::-1].index("adapters")
+        return "/".join(parts[i:])
+    return str(path)

@@ -1,0 +1,268 @@
+"""Declarations (spec/verdicts.md): capabilities, rules, the classification order, stale rules, the
+per-formula verdicts and the summary line; every adapter's declarations file against the corpus."""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from pgspec.adapters.base import Adapter
+from pgspec.adapters.torch import ratio as good
+from pgspec.conformance import runner
+from pgspec.conformance.declarations import MAX_DECLARATIONS, DeclarationError, load, parse
+from pgspec.conformance.verdicts import formula_verdicts
+
+HERE = Path(__file__).parent
+ADAPTERS = HERE.parent / "adapters"
+LINK = "https://example.invalid/source#L1"
+
+
+def decl(text: str):
+    return parse(tomllib.loads(text), "test.toml")
+
+
+def _crash(inputs, params):
+    raise RuntimeError("boom: the framework crashed")
+
+
+def _exp_of_sum(inputs, params):
+    import torch
+
+    return {"ratio": torch.exp(good.masked_log_ratio(inputs).sum(-1))}
+
+
+def adapter(impls, text=""):
+    return Adapter("t", "test", "0", implementations=impls, deviations=decl(text))
+
+
+def run(a, formulas, dtype="float64"):
+    results = [runner.run_case(a, c, dtype, "cpu") for c in runner.select_cases(formulas)]
+    return runner.RunSummary(results).finalize()
+
+
+def test_a_mismatch_rule_does_not_hide_a_crash():
+    a = adapter({"ratio.token": _crash}, f"""
+[[rule]]
+ids = ["ratio.token"]
+kind = "bug"
+reason = "thought to differ"
+link = "{LINK}"
+""")
+    summary = run(a, "ratio.token")
+    assert {r.outcome for r in summary.results} == {"error"}
+    assert all("expects a mismatch" in r.message and "boom" in r.message for r in summary.results)
+    assert summary.exit_code() == 1
+
+
+def test_an_error_rule_declares_an_expected_crash():
+    a = adapter({"ratio.token": _crash}, f"""
+[[rule]]
+ids = ["ratio.token"]
+kind = "bug"
+expect = "error"
+reason = "raises on every input"
+link = "{LINK}"
+""")
+    summary = run(a, "ratio.token")
+    assert {r.outcome for r in summary.results} == {"bug"}
+    assert summary.exit_code() == 0
+
+
+def test_an_error_rule_does_not_absorb_a_wrong_number():
+    a = adapter({"ratio.sequence_geometric": _exp_of_sum}, f"""
+[[rule]]
+ids = ["ratio.sequence_geometric"]
+kind = "bug"
+expect = "error"
+reason = "expected to raise"
+link = "{LINK}"
+""")
+    outcomes = {r.outcome for r in run(a, "ratio.sequence_geometric").results}
+    assert "fail" in outcomes and "bug" not in outcomes
+
+
+def test_a_case_outside_a_declared_domain_is_not_applicable_and_never_called():
+    calls = []
+
+    def spy(inputs, params):
+        calls.append(params)
+        return good.token(inputs, params)
+
+    text = f"""
+[[capability]]
+formulas = ["ratio.token"]
+params = {{ log_ratio_clamp = ["null"] }}
+reason = "the framework has no log-ratio clamp"
+link = "{LINK}"
+"""
+    summary = run(adapter({"ratio.token": spy}, text), "ratio.token")
+    na = [r for r in summary.results if r.outcome == "not-applicable"]
+    applicable = [r for r in summary.results if r.outcome != "not-applicable"]
+    assert na and applicable
+    assert all(r.message == "the framework has no log-ratio clamp" for r in na)
+    assert all(p.get("log_ratio_clamp") is None for p in calls)
+    assert len(calls) == len(applicable)
+    assert {r.outcome for r in applicable} == {"pass"}
+    line = summary.summary_line("t")
+    assert line == (f"t: {len(applicable)} of {len(applicable)} applicable cases pass; 0 known bugs (0 root causes); "
+                    f"0 conventions; {len(na)} not applicable")
+
+
+def test_input_predicates_in_capabilities_and_rules():
+    text = f"""
+[[capability]]
+formulas = ["ratio.token"]
+inputs = ["not nonfinite_masked"]
+reason = "the framework's inputs are always finite"
+link = "{LINK}"
+"""
+    summary = run(adapter({"ratio.token": good.token}, text), "ratio.token")
+    by_id = {r.case_id: r for r in summary.results}
+    assert by_id["ratio.token/masked-nan-inf"].outcome == "not-applicable"
+    assert by_id["ratio.token/two-tokens"].outcome == "pass"
+
+
+def test_a_rule_when_clause_selects_cases_by_parameters():
+    # exp(sum) agrees with exp(mean) only on one-token sequences; the rule covers every case of the formula
+    text = f"""
+[[rule]]
+ids = ["ratio.sequence_geometric"]
+when = {{ inputs = ["not all_masked"] }}
+kind = "bug"
+reason = "exp(sum) where exp(mean) is specified"
+link = "{LINK}"
+"""
+    summary = run(adapter({"ratio.sequence_geometric": _exp_of_sum}, text), "ratio.sequence_geometric")
+    assert "fail" not in {r.outcome for r in summary.results}
+    assert summary.exit_code() == 0
+    v = formula_verdicts([r.to_json() for r in summary.results])["ratio.sequence_geometric"]
+    assert v["verdict"] == "bug" and v["rules"][0]["reason"] == "exp(sum) where exp(mean) is specified"
+
+
+def test_a_rule_whose_cases_all_pass_is_stale():
+    text = f"""
+[[rule]]
+ids = ["ratio.token/two-tokens"]
+kind = "convention"
+reason = "thought to differ"
+link = "{LINK}"
+"""
+    summary = run(adapter({"ratio.token": good.token}, text), "ratio.token")
+    by_id = {r.case_id: r for r in summary.results}
+    assert by_id["ratio.token/two-tokens"].outcome == "stale-deviation"
+    assert "no longer reproduces" in by_id["ratio.token/two-tokens"].message
+    assert summary.exit_code() == 1
+
+
+def test_a_rule_matching_nothing_is_an_error_of_the_file():
+    from pgspec.conformance import golden
+
+    d = decl(f"""
+[[rule]]
+ids = ["ratio.token/no-such-case"]
+kind = "bug"
+reason = "nothing"
+link = "{LINK}"
+""")
+    with pytest.raises(DeclarationError, match=r"\[\[rule\]\] #1 .*matches no case of the corpus"):
+        d.check_against_corpus(golden.load_all(), ("float64",))
+    a = Adapter("t", "test", "0", implementations={"ratio.token": good.token}, deviations=d)
+    with pytest.raises(runner.RunError, match="declarations file error"):
+        runner.check_declarations(a)
+
+
+def test_a_rule_whose_conditions_never_hold_is_an_error_of_the_file():
+    from pgspec.conformance import golden
+
+    d = decl(f"""
+[[rule]]
+ids = ["ratio.token"]
+when = {{ inputs = ["packed_documents"] }}
+kind = "bug"
+reason = "never"
+link = "{LINK}"
+""")
+    with pytest.raises(DeclarationError, match="matches no case"):
+        d.check_against_corpus(golden.load_all(), ("float64",))
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[[rule]]\nids = ["kl.k3"]\nkind = "bogus"\nreason = "r"\nlink = "l"', "kind must be one of bug, convention"),
+    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nexpect = "crash"\nreason = "r"\nlink = "l"', "expect must be one of"),
+    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"', "lacks link"),
+    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\nlink = "l"\nid = "x"', "unknown key(s) id"),
+    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\nlink = "l"\ndtypes = ["float8"]', "unknown dtype"),
+    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\nlink = "l"\nwhen = { inputs = ["purple"] }',
+     "unknown input predicate 'purple'"),
+    ('[[capability]]\nformulas = ["kl.k3"]\nparams = { nope = [1] }\nreason = "r"\nlink = "l"',
+     "unknown parameter 'nope'"),
+    ('[[capability]]\nformulas = ["kl.k3"]\nreason = "r"\nlink = "l"', "restricts 'params' and/or 'inputs'"),
+    ('[[deviation]]\nid = "kl.k3"', "unknown table(s) deviation"),
+])
+def test_a_malformed_file_names_the_declaration_and_the_key(text, message):
+    with pytest.raises(DeclarationError) as e:
+        decl(text)
+    assert message in str(e.value) and "test.toml" in str(e.value)
+
+
+def test_too_many_declarations_is_an_error():
+    one = '[[unsupported]]\nformulas = ["kl.k3"]\nreason = "r"\nlink = "l"\n'
+    with pytest.raises(DeclarationError, match=f"at most {MAX_DECLARATIONS}"):
+        decl(one * (MAX_DECLARATIONS + 1))
+
+
+def test_unsupported_formulas_carry_their_reason():
+    text = f"""
+[[unsupported]]
+formulas = ["ratio.sequence_*"]
+reason = "the framework has token ratios only"
+link = "{LINK}"
+"""
+    summary = run(adapter({"ratio.token": good.token}, text), "ratio.*")
+    un = [r for r in summary.results if r.formula.startswith("ratio.sequence_")]
+    assert un and {r.outcome for r in un} == {"unsupported"}
+    assert {r.message for r in un} == {"the framework has token ratios only"}
+    assert summary.exit_code() == 0
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in ADAPTERS.iterdir() if (p / "deviations.toml").exists()))
+def test_every_adapters_declarations_file_is_valid_against_the_corpus(name):
+    from pgspec.conformance import golden
+    from pgspec.conformance.properties import PROPERTIES
+
+    path = ADAPTERS / name / "deviations.toml"
+    d = load(path)
+    assert len(d) <= MAX_DECLARATIONS
+    props = [f"{pid}/{fid}" for pid, prop in PROPERTIES.items() for fid in prop.formulas]
+    d.check_against_corpus(golden.load_all(), ("float64", "float32", "bfloat16"), props)
+    for x in d.all():
+        assert x.reason and x.link
+
+
+def test_markdown_report_regenerates_byte_identically(tmp_path):
+    from pgspec.conformance import report
+
+    a = runner.load_adapter("torch")
+    texts = []
+    for _ in range(2):
+        summary = run(a, "ratio.token")
+        texts.append(report.to_markdown(summary, a, "cpu", ["float64"]))
+    assert texts[0] == texts[1]
+    assert "date" not in texts[0]
+
+
+def test_matrix_is_per_formula(tmp_path):
+    from pgspec.conformance import matrix, report
+
+    a = runner.load_adapter("torch")
+    summary = run(a, "ratio.token,kl.k1")
+    rep = report.to_json(summary, a, "cpu", ["float64"])
+    text = matrix.render([rep])
+    assert "| formula | torch |" in text
+    assert "| `ratio.token` | [pass" in text and "| `kl.k1` | [pass" in text
+    data = matrix.verdicts_json([rep])
+    assert data["formulas"]["kl.k1"]["torch"]["verdict"] == "pass"
+    sys.modules.pop("broken_adapters", None)
