@@ -47,8 +47,14 @@ class Preset:
 
     @property
     def slug(self) -> str:
-        s = re.sub(r"[^a-z0-9]+", "-", self.config.lower()).strip("-")
-        return s[:60].rstrip("-") or "default"
+        """The configuration as a case-ID slug; a long one is cut and given a short digest of the whole
+        configuration, so that two configurations never share a slug."""
+        import hashlib
+
+        s = re.sub(r"[^a-z0-9]+", "-", self.config.lower()).strip("-") or "default"
+        if len(s) <= 56:
+            return s
+        return s[:47].rstrip("-") + "-" + hashlib.sha1(self.config.encode()).hexdigest()[:8]
 
     def params_dict(self) -> dict:
         return dict(self.params)

@@ -133,3 +133,47 @@ def predicates() -> dict:
     module = sys.modules[__name__]
     return {name: fn for name, fn in inspect.getmembers(module, inspect.isfunction)
             if not name.startswith("_") and fn.__module__ == __name__ and name not in ("inputs_of", "predicates")}
+
+
+def _params(case: dict) -> dict:
+    from .declarations import resolved_params
+
+    return resolved_params(case)
+
+
+def reject_seq_max_k1(case: dict) -> bool:
+    """The case is an ``is.reject`` case that rejects by the k1 statistic at level ``seq_max``."""
+    if case.get("formula") != "is.reject":
+        return False
+    p = _params(case)
+    return p.get("estimator") == "k1" and p.get("level") == "seq_max"
+
+
+def reject_lower_bound_k2_k3(case: dict) -> bool:
+    """The case is an ``is.reject`` case with the k2 or k3 estimator and a lower bound (``lower`` not null)."""
+    if case.get("formula") != "is.reject":
+        return False
+    p = _params(case)
+    return p.get("estimator") in ("k2", "k3") and p.get("lower") is not None
+
+
+def truncated_is_lower_bound(case: dict) -> bool:
+    """The case's importance-sampling correction truncates (``is_level`` not ``"none"``, ``is_mode`` =
+    ``"truncate"``) and has a lower bound (``is_c_min`` not null)."""
+    p = _params(case)
+    return (p.get("is_level", "none") != "none" and p.get("is_mode") == "truncate"
+            and p.get("is_c_min") is not None)
+
+
+def clamped_kl_k1_k2_abs(case: dict) -> bool:
+    """The case has a KL term (``beta`` > 0) with the k1, k2 or abs estimator and sets one of its clamps
+    (``kl_log_ratio_min``, ``kl_log_ratio_max``, ``kl_output_min`` or ``kl_output_max`` not null)."""
+    p = _params(case)
+    beta = p.get("beta")
+    try:
+        beta = float(beta) if beta is not None else 0.0
+    except (TypeError, ValueError):
+        return False
+    if not beta > 0 or p.get("kl_estimator") not in ("k1", "k2", "abs"):
+        return False
+    return any(p.get(k) is not None for k in ("kl_log_ratio_min", "kl_log_ratio_max", "kl_output_min", "kl_output_max"))

@@ -512,8 +512,8 @@ def classify(result: CaseResult, rule) -> CaseResult:
     """Apply the matching rule (spec/verdicts.md, step 5): a ``fail`` that a ``mismatch`` rule
     declares, or an ``error`` that an ``error`` rule declares, takes the rule's kind; anything else
     keeps its outcome (a passing case records the rule, for the stale check at the end of a run)."""
-    if rule is None:
-        return result
+    if rule is None or result.outcome in ("unsupported", "not-applicable"):
+        return result   # nothing ran: the rule neither explains it nor goes stale by it
     result.declaration = rule.summary()
     expected = {"mismatch": "fail", "error": "error"}[rule.expect]
     if result.outcome == expected:
