@@ -23,10 +23,25 @@ FIXTURES = str(Path(__file__).parent / "fixtures")
 BASE = ["run", "--formulas", "kl.k1", "--dtype", "float64", "--no-properties"]
 
 
+_LOAD_ALL = golden.load_all
+_CORPUS: list = []
+
+
+def _load_all_once(directory=golden.GOLDEN_DIR, problems=None):
+    """The intact committed corpus is parsed once for this module (each run would parse it twice,
+    which only costs time here); any other directory, the corrupted copies below, loads as usual."""
+    if Path(directory) != golden.GOLDEN_DIR:
+        return _LOAD_ALL(directory, problems=problems)
+    if not _CORPUS:
+        _CORPUS.extend(_LOAD_ALL(directory))
+    return [dict(c) for c in _CORPUS]
+
+
 @pytest.fixture(autouse=True)
 def _env(monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(FIXTURES)
     monkeypatch.setenv("PGSPEC_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setattr(golden, "load_all", _load_all_once)
 
 
 def cli(capsys, *argv):
@@ -277,7 +292,7 @@ def corpus(tmp_path, monkeypatch):
     for name in manifest["files"]:
         shutil.copy(golden.GOLDEN_DIR / name, d / name)
     (d / "MANIFEST").write_text(json.dumps(manifest, indent=1))
-    monkeypatch.setattr(golden, "load_all", functools.partial(golden.load_all, d))
+    monkeypatch.setattr(golden, "load_all", functools.partial(_LOAD_ALL, d))
     return d
 
 
@@ -371,7 +386,7 @@ def test_a_bad_manifest_is_one_line(capsys, corpus, content, expected):
 def test_load_all_without_problems_still_raises(corpus):
     CORRUPTIONS["truncated"][0](corpus)
     with pytest.raises(golden.GoldenError, match="kl.json: sha256"):
-        golden.load_all.func(corpus)
+        _LOAD_ALL(corpus)
 
 
 # internal errors -------------------------------------------------------------------------------
