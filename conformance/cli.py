@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
+import os
 import sys
 
 
@@ -77,71 +79,195 @@ def _golden(args) -> int:
     return 0
 
 
-def _run(args) -> int:
+def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from . import report, runner
-
-    console = Console(stderr=True)
-    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    from .runner import RunError
     from .tolerance import DTYPES
 
+    console = Console(stderr=True)
+    # every argument is checked before anything runs: a mistake costs a second, not a whole run
+    dtypes = list(dict.fromkeys(d.strip() for d in args.dtype.split(",") if d.strip()))
+    if not dtypes:
+        raise RunError(f"--dtype: no dtype given (got {args.dtype!r}); choose from {', '.join(DTYPES)}")
     bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        raise RunError(f"--dtype: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
+    reports = []
     for spec in args.report or []:
         kind, _, path = spec.partition(":")
         if kind not in ("json", "md", "html") or not path:
-            console.print(f"pgspec run: --report takes json:PATH, md:PATH or html:PATH, got {spec!r}")
-            return 2
-    if bad:
-        console.print(f"pgspec run: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
-        return 2
-    try:
-        if args.python:
-            from .isolated import IsolatedAdapter
+            raise RunError(f"--report takes json:PATH, md:PATH or html:PATH, got {spec!r}")
+        if any(os.path.abspath(path) == os.path.abspath(p) for _, p in reports):
+            raise RunError(f"--report {spec!r}: {path} is given twice")
+        problem = _report_path_problem(path)
+        if problem:
+            raise RunError(f"--report {spec!r}: {problem}")
+        reports.append((kind, path))
+    if args.python:
+        from .isolated import IsolatedAdapter
 
-            adapter = IsolatedAdapter(args.python, args.adapter, timeout=args.case_timeout)
-        else:
-            adapter = runner.load_adapter(args.adapter)
-        ok, why = adapter.available()
+        _say(f"pgspec run: starting the worker ({args.python}); it has {args.startup_timeout:g} s "
+             f"(--startup-timeout) to load adapter {args.adapter!r}")
+        adapter = IsolatedAdapter(args.python, args.adapter, timeout=args.case_timeout,
+                                  startup_timeout=args.startup_timeout)
+    else:
+        adapter = runner.load_adapter(args.adapter)
+    try:
+        ok, why = _adapter_call(args.adapter, adapter, "available")
         if not ok:
-            console.print(f"pgspec run: adapter {args.adapter!r} is not available: {why}")
-            return 2
-        ok, why = adapter.device_available(args.device)
+            raise RunError(f"adapter {args.adapter!r} is not available: {why}")
+        ok, why = _adapter_call(args.adapter, adapter, "device_available", args.device)
         if not ok:
-            console.print(f"pgspec run: device {args.device!r} is not available: {why}")
-            return 2
+            raise RunError(f"device {args.device!r} is not available: {why}")
         runner.check_declarations(adapter)
-        cases = runner.select_cases(args.formulas)
-    except runner.RunError as e:
-        console.print(f"pgspec run: {e}")
-        return 2
-    summary = runner.RunSummary()
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task(f"{adapter.name} on {args.device}", total=len(cases) * len(dtypes))
-        isolated = getattr(adapter, "run_case", None)
-        for dtype in dtypes:
-            for case in cases:
-                if isolated is not None:
-                    summary.results.append(isolated(case, dtype, args.device))
-                else:
-                    summary.results.append(runner.run_case(adapter, case, dtype, args.device))
-                progress.advance(task)
-        if args.properties:
+        problems: list = []
+        cases = runner.select_cases(args.formulas, problems=problems)
+        for p in problems:
+            _say(f"pgspec run: golden file problem (its family is not run): {p}")
+        capabilities = _adapter_call(args.adapter, adapter, "capabilities")
+        supported = [d for d in dtypes if d in tuple(adapter.dtypes)]
+        runnable = [c for c in cases if c["formula"] in capabilities]
+        if not cases:
+            raise RunError("nothing to run: every golden file the selection needs is corrupted (above)")
+        if not runnable:
+            raise RunError(f"nothing to run: adapter {adapter.name!r} implements none of the {len(cases)} selected "
+                           f"cases' formulas ({', '.join(sorted({c['formula'] for c in cases})[:8])})")
+        if not supported:
+            raise RunError(f"nothing to run: adapter {adapter.name!r} supports dtypes {', '.join(adapter.dtypes)}, "
+                           f"none of {', '.join(dtypes)}")
+        summary = runner.RunSummary()
+        columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
+            task = progress.add_task(f"{adapter.name} on {args.device}", total=len(cases) * len(dtypes))
+            isolated = getattr(adapter, "run_case", None)
             for dtype in dtypes:
-                progress.update(task, description=f"{adapter.name} on {args.device}: properties ({dtype})")
-                summary.results.extend(runner.property_results(adapter, dtype, args.device, args.formulas,
-                                                               adapter_spec=args.adapter))
-        if isolated is not None:
+                for case in cases:
+                    summary.results.append(_one_case(adapter, isolated, case, dtype, args.device))
+                    progress.advance(task)
+            if args.properties:
+                for dtype in dtypes:
+                    progress.update(task, description=f"{adapter.name} on {args.device}: properties ({dtype})")
+                    summary.results.extend(_properties(adapter, dtype, args.device, args.formulas, args.adapter))
+    finally:
+        if getattr(adapter, "run_case", None) is not None:
             adapter.close()
     summary.finalize()
     report.print_matrix(summary, adapter, args.device, dtypes)
-    for spec in args.report or []:
-        kind, _, path = spec.partition(":")
-        report.write(kind, path, summary, adapter, args.device, dtypes)
-        console.print(f"wrote {kind} report to {path}")
-    return summary.exit_code()
+    code = summary.exit_code()
+    for kind, path in reports:
+        try:
+            report.write(kind, path, summary, adapter, args.device, dtypes)
+        except OSError as e:
+            _say(f"pgspec run: cannot write the {kind} report to {path}: {e.strerror or e} "
+                 "(nothing was written there)")
+            code = 2
+        else:
+            _say(f"wrote {kind} report to {path}")
+    ran = [r for r in summary.results if r.outcome not in ("unsupported", "not-applicable")]
+    if not ran:
+        _say(f"pgspec run: nothing was run: all {len(summary.results)} (case, dtype) pairs are unsupported "
+             "or not applicable (see the table)")
+        code = 2
+    if problems:
+        _say(f"pgspec run: {len(problems)} golden file(s) are corrupted (above); the run fails")
+        code = 2
+    return code
+
+
+def _say(message: str) -> None:
+    """One line on stderr, unwrapped (a usage message or a note of the run)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _adapter_call(spec, adapter, method, *args):
+    """An adapter's own method, whose crash is the user's adapter's error (one line, exit 2)."""
+    from .runner import RunError, _one_line
+
+    try:
+        return getattr(adapter, method)(*args)
+    except RunError:
+        raise
+    except BaseException as e:  # noqa: BLE001 - the user's code: SystemExit included
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise RunError(f"adapter {spec!r}: its {method}() raised {_one_line(e)}") from None
+
+
+def _one_case(adapter, isolated, case, dtype, device):
+    """One case's result; whatever goes wrong in it stays in it (the run goes on)."""
+    from . import runner
+
+    try:
+        if isolated is not None:
+            return isolated(case, dtype, device)
+        return runner.run_case(adapter, case, dtype, device)
+    except BaseException as e:  # noqa: BLE001 - one case's crash never stops the run
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return _error_row(adapter, device, dtype, case["id"], case["formula"], case.get("family", "?"),
+                          case.get("category", "?"), e)
+
+
+def _properties(adapter, dtype, device, formulas, spec):
+    from . import runner
+
+    try:
+        return runner.property_results(adapter, dtype, device, formulas, adapter_spec=spec)
+    except BaseException as e:  # noqa: BLE001 - a crash in the property checks is one error row
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return [_error_row(adapter, device, dtype, "prop.all/*", "*", "prop.all", "property", e)]
+
+
+def _error_row(adapter, device, dtype, case_id, formula, family, category, e):
+    import traceback
+
+    from .logs import save
+    from .runner import CaseResult, _one_line
+
+    path = save(traceback.format_exc(), "case-error")
+    where = f"; the traceback is saved to {path}" if path else ""
+    return CaseResult(adapter.name, adapter.version, device, dtype, case_id, formula, family, category, "error",
+                      message=f"{_one_line(e)}{where}")
+
+
+def _report_path_problem(path: str) -> str | None:
+    """Why a report cannot be written to ``path`` (None when it can): checked before the run."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        return f"{path} is a directory; give a file path"
+    if p.exists() and not p.is_file():
+        return f"{path} exists and is not a regular file"
+    parent = p.parent
+    ancestor = parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a directory"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"cannot create the directory {parent}: {e.strerror or e}"
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{p.name}.", suffix=".probe")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"cannot write in {parent}: {e.strerror or e}"
+    if shutil.disk_usage(parent).free < MIN_FREE_BYTES:
+        return f"the device holding {parent} is full ({shutil.disk_usage(parent).free} bytes free)"
+    return None
+
+
+MIN_FREE_BYTES = 1 << 20
 
 
 def _adapters(args) -> int:
@@ -221,8 +347,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run the property checks of spec/properties.md")
     r.add_argument("--python", metavar="PATH", default=None,
                    help="run the adapter in this other interpreter (its own venv) over a JSON-lines protocol")
-    r.add_argument("--case-timeout", type=float, default=300.0, metavar="SECONDS",
+    r.add_argument("--case-timeout", type=_seconds, default=300.0, metavar="SECONDS",
                    help="with --python: a case that takes longer becomes an error outcome")
+    r.add_argument("--startup-timeout", type=_seconds, default=300.0, metavar="SECONDS",
+                   help="with --python: the worker must load the adapter within this time")
     r.set_defaults(func=_run)
     a = sub.add_parser("adapters", help="list adapters with availability, version and install commands",
                        formatter_class=fmt)
@@ -230,10 +358,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+ISSUES_URL = "the pgspec issue tracker"
+EXIT_INTERNAL = 3
+
+
 def main(argv=None) -> int:
+    """Exit codes: 0 success; 1 conformance failures (fail, error, stale deviation); 2 a usage or input
+    error (one line on stderr, no traceback); 3 an internal error of pgspec (traceback saved to a file)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse printed the usage and one error line
+        return e.code if isinstance(e.code, int) else 2
+    from .golden import GoldenError
+    from .runner import RunError
+
+    try:
+        return args.func(args)
+    except (RunError, GoldenError) as e:
+        print(f"pgspec {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"pgspec {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except OSError as e:  # the environment (a full disk, a permission), not a bug
+        where = f": {e.filename}" if e.filename else ""
+        print(f"pgspec {args.command}: {e.strerror or e}{where}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - a bug of pgspec: say so, save the traceback
+        import traceback
+
+        from .logs import save
+        from .runner import _one_line
+
+        text = traceback.format_exc()
+        path = save(f"pgspec {' '.join(sys.argv[1:] if argv is None else map(str, argv))}\n\n{text}", "internal-error")
+        print(f"pgspec {args.command}: internal error (a bug in pgspec, not in your input): {_one_line(e)}", file=sys.stderr)
+        if path:
+            print(f"the traceback is saved to {path}; please report it to {ISSUES_URL} with that file", file=sys.stderr)
+        else:
+            print(text + f"please report this traceback to {ISSUES_URL}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

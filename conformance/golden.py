@@ -318,7 +318,61 @@ def load_manifest(directory: Path = GOLDEN_DIR) -> dict:
     path = directory / "MANIFEST"
     if not path.exists():
         raise GoldenError(f"{path}: missing; run `pgspec golden generate`")
-    return json.loads(path.read_text())
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise GoldenError(f"{path}: not valid JSON ({e}); golden files are only written by `pgspec golden generate`") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
+        raise GoldenError(f"{path}: field 'files' (file name -> sha256) is missing or not an object")
+    return doc
+
+
+def _where(doc, path) -> str:
+    """A schema error's location as ``case '<id>' field <name>[i]...`` (or the top-level field)."""
+    path = list(path)
+    if len(path) >= 2 and path[0] == "cases" and isinstance(path[1], int):
+        cases = doc.get("cases") if isinstance(doc, dict) else None
+        case = cases[path[1]] if isinstance(cases, list) and path[1] < len(cases) else None
+        cid = case.get("id") if isinstance(case, dict) else None
+        label = f"cases/{path[1]} (case {cid!r})" if isinstance(cid, str) else f"cases/{path[1]}"
+        field = _field(path[2:])
+        return f"{label} field {field}" if field else label
+    return f"field {_field(path)}" if path else "the top level"
+
+
+def _field(path) -> str:
+    text = ""
+    for p in path:
+        text += f"[{p}]" if isinstance(p, int) else (f".{p}" if text else str(p))
+    return text
+
+
+def _check_cases(path: Path, doc: dict, family: str) -> None:
+    """What the schema cannot say: the file's family, and each case's formula, inputs and outputs
+    against the registry."""
+    if doc["family"] != family:
+        raise GoldenError(f"{path}: field family is {doc['family']!r}, expected {family!r} (the file name)")
+    for k, c in enumerate(doc["cases"]):
+        label = f"{path}: cases/{k} (case {c['id']!r})"
+        f = REGISTRY.get(c["formula"])
+        if f is None:
+            raise GoldenError(f"{label} field formula: unknown formula ID {c['formula']!r}")
+        if f.family != family:
+            raise GoldenError(f"{label} field formula: {c['formula']!r} belongs to family {f.family!r}, not {family!r}")
+        if not c["id"].startswith(c["formula"] + "/"):
+            raise GoldenError(f"{label} field id: must start with the formula ID {c['formula']!r} and '/'")
+        if c.get("expect_error"):  # its inputs or parameters are wrong on purpose, and it has no outputs
+            continue
+        names = {i.name for i in f.inputs}
+        unknown = sorted(set(c["inputs"]) - names - {"$generate"})
+        if unknown:
+            raise GoldenError(f"{label} field inputs: unknown input(s) {unknown}; {c['formula']} takes {sorted(names)}")
+        outputs = {o.name for o in f.outputs}
+        if set(c["outputs"]) != outputs:
+            raise GoldenError(f"{label} field outputs: has {sorted(c['outputs'])}, {c['formula']} declares {sorted(outputs)}")
+        bad_grad = sorted(set(c["grad"]) - set(f.differentiable))
+        if bad_grad:
+            raise GoldenError(f"{label} field grad: {bad_grad} are not differentiable inputs of {c['formula']}")
 
 
 def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
@@ -332,22 +386,34 @@ def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
     expected = load_manifest(directory)["files"].get(path.name)
     actual = hashlib.sha256(data).hexdigest()
     if expected != actual:
-        raise GoldenError(f"{path}: sha256 {actual} does not match the MANIFEST ({expected}); "
+        detail = ""
+        try:
+            jsonschema.validate(json.loads(data), _schema())
+        except (ValueError, UnicodeDecodeError) as e:
+            detail = f"; it is not valid JSON ({e})"
+        except jsonschema.ValidationError as e:
+            detail = f"; at {_where(json.loads(data), e.absolute_path)}: {e.message}"
+        else:
+            detail = "; `pgspec golden verify` names the case and field that differ"
+        raise GoldenError(f"{path}: sha256 {actual} does not match the MANIFEST ({expected}){detail}; "
                           "golden files are only written by `pgspec golden generate`")
-    doc = json.loads(data)
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise GoldenError(f"{path}: not valid JSON ({e})") from None
     marker = _validated_marker(actual)
     if marker is None or not marker.exists():
         try:
             jsonschema.validate(doc, _schema())
         except jsonschema.ValidationError as e:
-            where = "/".join(str(p) for p in e.absolute_path)
-            raise GoldenError(f"{path}: does not match schema.json at {where or 'the top level'}: {e.message}") from None
+            raise GoldenError(f"{path}: does not match schema.json at {_where(doc, e.absolute_path)}: {e.message}") from None
         if marker is not None:
             try:
                 marker.parent.mkdir(parents=True, exist_ok=True)
                 marker.touch()
             except OSError:
                 pass  # a read-only cache only costs time
+    _check_cases(path, doc, family)
     return doc
 
 
@@ -369,11 +435,21 @@ def _validated_marker(file_sha: str) -> Path | None:
     return Path(root) / "validated" / f"{file_sha}-{schema_sha}"
 
 
-def load_all(directory: Path = GOLDEN_DIR) -> list[dict]:
-    """Every case of every family file, each with its family added."""
+def load_all(directory: Path = GOLDEN_DIR, problems: list | None = None) -> list[dict]:
+    """Every case of every family file, each with its family added.
+
+    A bad family file raises GoldenError; with ``problems`` (a list) it is appended there instead
+    (one message naming the file, and the case and field where they can be told) and the other
+    families are still loaded.  A bad MANIFEST always raises."""
     cases = []
     for name in sorted(load_manifest(directory)["files"]):
-        doc = load_family(name[:-5], directory)
+        try:
+            doc = load_family(name[:-5], directory)
+        except GoldenError as e:
+            if problems is None:
+                raise
+            problems.append(str(e))
+            continue
         for c in doc["cases"]:
             cases.append({**c, "family": doc["family"]})
     return cases

@@ -78,14 +78,34 @@ def rerun_command(config, nodeid: str) -> str:
     return " ".join(shlex.quote(p) for p in parts + [nodeid])
 
 
+class PgspecGoldenProblem(pytest.Item):
+    """A corrupted golden family file: one failing test naming it (the other families still run)."""
+
+    def __init__(self, *, problem, **kwargs):
+        super().__init__(**kwargs)
+        self.problem = problem
+
+    def runtest(self):
+        raise PgspecGoldenError(self.problem)
+
+    def repr_failure(self, excinfo):
+        return f"golden file problem (its family is not run): {self.problem}"
+
+    def reportinfo(self):
+        return self.path, None, "pgspec golden corpus"
+
+
+class PgspecGoldenError(Exception):
+    pass
+
+
 class PgspecCollector(pytest.Collector):
     def collect(self):
-        from pgspec.conformance import runner
-
         config = self.config
-        dtypes = [d.strip() for d in config.getoption("--pgspec-dtype").split(",") if d.strip()]
-        for case in runner.select_cases(config.getoption("--pgspec-formulas")):
-            for dtype in dtypes:
+        for k, problem in enumerate(config._pgspec_problems):
+            yield PgspecGoldenProblem.from_parent(self, name=f"golden-problem-{k + 1}", problem=problem)
+        for case in config._pgspec_cases:
+            for dtype in config._pgspec_dtypes:
                 yield PgspecItem.from_parent(self, name=f"{case['id']}[{dtype}]", case=case, dtype=dtype)
 
 
@@ -119,7 +139,9 @@ def pytest_configure(config):
     from pgspec.conformance import runner
     from pgspec.conformance.tolerance import DTYPES
 
-    dtypes = [d.strip() for d in config.getoption("--pgspec-dtype").split(",") if d.strip()]
+    dtypes = list(dict.fromkeys(d.strip() for d in config.getoption("--pgspec-dtype").split(",") if d.strip()))
+    if not dtypes:
+        raise pytest.UsageError(f"--pgspec-dtype: no dtype given; choose from {', '.join(DTYPES)}")
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
         raise pytest.UsageError(f"--pgspec-dtype: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
@@ -127,12 +149,25 @@ def pytest_configure(config):
         adapter = runner.load_adapter(name)
     except runner.RunError as e:
         raise pytest.UsageError(f"--pgspec-adapter: {e}") from None
-    ok, why = adapter.available()
-    if not ok:
-        raise pytest.UsageError(f"--pgspec-adapter: adapter {name!r} is not available: {why}")
-    ok, why = adapter.device_available(config.getoption("--pgspec-device"))
+    try:
+        ok, why = adapter.available()
+        if not ok:
+            raise pytest.UsageError(f"--pgspec-adapter: adapter {name!r} is not available: {why}")
+        ok, why = adapter.device_available(config.getoption("--pgspec-device"))
+    except pytest.UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's adapter code
+        raise pytest.UsageError(f"--pgspec-adapter: adapter {name!r}: {runner._one_line(e)}") from None
     if not ok:
         raise pytest.UsageError(f"--pgspec-device: {why}")
+    problems: list = []
+    try:
+        cases = runner.select_cases(config.getoption("--pgspec-formulas"), problems=problems)
+    except runner.RunError as e:
+        raise pytest.UsageError(f"--pgspec-formulas: {e}") from None
+    config._pgspec_cases = cases
+    config._pgspec_problems = problems
+    config._pgspec_dtypes = dtypes
     config._pgspec_adapter = adapter
     config._pgspec_deselected = {}
 

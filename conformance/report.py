@@ -368,6 +368,29 @@ def write(kind, path, summary, adapter, device, dtypes):
         text = to_html(summary, adapter, device, dtypes)
     else:
         raise ValueError(f"report kind must be json, md or html, got {kind!r}")
-    out = Path(path)
+    write_atomic(Path(path), text)
+
+
+def write_atomic(out, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``out``, then rename it over ``out``: a report is
+    either wholly written or not at all (a full disk leaves the previous file, if any, intact)."""
+    import os
+    import tempfile
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
