@@ -117,7 +117,7 @@ def mode() -> str:
 @dataclass
 class Stats:
     elements: int = 0        # elements compared
-    fast: int = 0            # decided in float64
+    fast: int = 0            # decided in float64 (booleans included: decided exactly by equality)
     fallbacks: int = 0       # finite elements whose margin was within the rounding slack: decided exactly
     special: int = 0         # non-finite reference or result (and float64 overflow): decided exactly
     ratio_evals: int = 0     # exact evaluations of a candidate for the worst ratio or the first failure
@@ -374,7 +374,7 @@ def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_fail
     undecided = np.concatenate([np.flatnonzero(~fast & ~bmask), idx_fast[~decided]])
     STATS.special += int((~fast & ~bmask).sum())
     STATS.fallbacks += int((~decided).sum())
-    STATS.fast += int(decided.sum())
+    STATS.fast += int(decided.sum()) + int(bmask.sum())
     for k in np.sort(undecided).tolist():
         c = _exact(float(g[k]), prep, k, family, dtype)
         known[k] = c
