@@ -426,7 +426,8 @@ def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_fail
 
 
 def _hashable(x):
-    return x if isinstance(x, (str, int, float, type(None))) else repr(x)
+    """A key equal for equal values: the string, number, or an mpf's exact (sign, man, exp, bc)."""
+    return x._mpf_ if isinstance(x, mpf) else (x if isinstance(x, (str, int, float, type(None))) else repr(x))
 
 
 def _compare_exact(g, prep, family, dtype, out, stop_at_failure):
