@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from decimal import Context, Decimal
 
 import numpy as np
-from mpmath import mp, mpf
+from mpmath import libmp, mp, mpf
 
 from pgspec.reference import REGISTRY
 
@@ -180,15 +180,17 @@ def _hi_lo(r):
         return hi, float(rest), rest == 0, _KIND_REAL
     if isinstance(r, float):
         return (r, 0.0, True, _KIND_REAL) if math.isfinite(r) else (math.nan, 0.0, False, _KIND_SPECIAL)
-    x = r if isinstance(r, mpf) else mpf(r)     # never round an mpf to the current precision
-    if not mp.isfinite(x):
+    x = (r if isinstance(r, mpf) else mpf(r))._mpf_   # never round an mpf to the current precision
+    if x[1] == 0 and x != libmp.fzero:                  # nan, +inf, -inf
         return math.nan, 0.0, False, _KIND_SPECIAL
-    hi = float(x)                                           # round to nearest
+    try:
+        hi = libmp.to_float(x, rnd=libmp.round_nearest)
+    except OverflowError:
+        return math.nan, 0.0, False, _KIND_SPECIAL
     if not math.isfinite(hi):
         return math.nan, 0.0, False, _KIND_SPECIAL
-    with mp.workprec(x._mpf_[3] + 128):               # x - hi exactly (hi is within 2 ulp of x's top bit)
-        diff = x - mpf(hi)
-    return hi, float(diff), diff == 0, _KIND_REAL
+    diff = libmp.mpf_sub(x, libmp.from_float(hi), 0)    # prec 0: exact
+    return hi, libmp.to_float(diff, rnd=libmp.round_nearest), diff == libmp.fzero, _KIND_REAL
 
 
 def _scale_float(s):

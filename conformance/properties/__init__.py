@@ -96,10 +96,12 @@ def check_reference(prop_id: str, formulas=None, **hypothesis_settings):
 
 
 def check_example(adapter, prop_id: str, fid: str, example: dict, dtype: str = "float64", device: str = "cpu",
-                  adapter_spec: str | None = None) -> PropertyResult:
-    """Run one property on one example (JSON form accepted) for an adapter: the repro entry point."""
+                  adapter_spec: str | None = None, *, decoded: bool = False) -> PropertyResult:
+    """Run one property on one example (JSON form accepted) for an adapter: the repro entry point.
+    ``decoded=True``: the example is already decoded (the fixed ones: kept as the same objects, so
+    their reference evaluations are found again for the next dtype)."""
     prop = PROPERTIES[prop_id]
-    example = decode(example)
+    example = example if decoded else decode(example)
     ctx = Ctx(adapter, dtype, device)
     res = PropertyResult(prop_id, fid, dtype, device, "pass", examples=1)
     try:
@@ -134,7 +136,7 @@ def run_properties(adapter, dtype: str, device: str, formulas_glob: str = "*", *
             res = PropertyResult(pid, fid, dtype, device, "pass", error_ratio=0.0)
             examples = _fixed(pid, fid)
             for ex in examples:
-                one = check_example(adapter, pid, fid, ex, dtype, device, adapter_spec)
+                one = check_example(adapter, pid, fid, ex, dtype, device, adapter_spec, decoded=True)
                 res.examples += 1
                 if one.outcome != "pass":
                     one.examples = res.examples

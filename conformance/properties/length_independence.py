@@ -26,6 +26,18 @@ def _repeat(fid, inputs, k):
     return {n: ([row * k for row in x] if n in tok else x) for n, x in inputs.items()}
 
 
+_REPEATED: dict = {}
+
+
+def _repeated(fid, ex):
+    """``_repeat`` of a fixed example, built once (the same object for every dtype)."""
+    key = (fid, id(ex))
+    hit = _REPEATED.get(key)
+    if hit is None or hit[0] is not ex:
+        hit = _REPEATED[key] = (ex, _repeat(fid, ex["inputs"], ex["repeat"]))
+    return hit[1]
+
+
 def _length_params(fid):
     return {"is.geometric.truncate": {"c_max": 4.0}, "is.geometric.mask": {"c_min": 0.25, "c_max": 4.0},
             "mask.geometric_sequence": {"lower": 0.875, "upper": 1.125}}.get(fid, {})
@@ -72,7 +84,7 @@ def _length_reference(fid, ex):
 def _length_adapter(ctx, fid, ex):
     _need(ctx, fid)
     k = ex["repeat"]
-    rep = _repeat(fid, ex["inputs"], k)
+    rep = _repeated(fid, ex)
     rr = ref(fid, rep, ex["params"])
     out, grads, _ = call(ctx, fid, rep, ex["params"])
     L = max(sum(row) for row in rep["mask"])
