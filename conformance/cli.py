@@ -47,19 +47,36 @@ def _golden(args) -> int:
         import time
 
         start = time.perf_counter()
-        files = golden.generate_all()
+        files = golden.generate_all(reuse=False)   # always evaluated afresh (and stored in the record cache)
         golden.write_all(files)
         n = sum(len(__import__("json").loads(d)["cases"]) for d in files.values())
         print(f"wrote {len(files)} golden files ({n} cases) to {golden.GOLDEN_DIR} "
               f"in {time.perf_counter() - start:.1f} s")
         return 0
-    problems = golden.verify()
+    import time
+
+    start = time.perf_counter()
+    cache = not getattr(args, "no_cache", False)
+    if sys.stderr.isatty():  # a progress bar on a terminal, the summary line alone otherwise
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("verifying the golden corpus"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("cases", total=None)
+            problems = golden.verify(progress=lambda done, total: bar.update(task, completed=done, total=total),
+                                     cache=cache)
+    else:
+        problems = golden.verify(cache=cache)
+    took = (f"{golden._STATS['cached'] + golden._STATS['evaluated']} cases, {golden._STATS['evaluated']} evaluated, "
+            f"{golden._STATS['cached']} from the record cache; {time.perf_counter() - start:.1f} s")
     if problems:
-        print("pgspec golden verify: FAILED", file=sys.stderr)
+        print(f"pgspec golden verify: FAILED ({took})", file=sys.stderr)
         for p in problems:
             print("  " + p, file=sys.stderr)
         return 1
-    print(f"pgspec golden verify: {len(golden.load_manifest()['files'])} files byte-identical to the generator's output")
+    print(f"pgspec golden verify: {len(golden.load_manifest()['files'])} files byte-identical to the generator's output "
+          f"({took})")
     return 0
 
 
@@ -158,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_formulas)
     g = sub.add_parser("golden", help="generate or verify the golden corpus")
     g.add_argument("action", choices=("generate", "verify"))
+    g.add_argument("--no-cache", action="store_true",
+                   help="verify: evaluate every case afresh instead of taking unchanged ones from the record cache")
     g.set_defaults(func=_golden)
     r = sub.add_parser("run", help="run the conformance suite against an adapter")
     r.add_argument("--adapter", default="torch", help="built-in adapter name or module:object (default torch)")
