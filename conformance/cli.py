@@ -193,7 +193,52 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=_run)
     a = sub.add_parser("adapters", help="list adapters with availability and version")
     a.set_defaults(func=_adapters)
+    c = sub.add_parser("check", help="check a formula at production size against the float64 oracle")
+    c.add_argument("--formula", required=True, help="formula or recipe ID (see `pgspec check --list`)")
+    c.add_argument("--adapter", default="torch", help="built-in adapter name or module:object (default torch)")
+    c.add_argument("--shape", default="64x32768", help="BxT (default 64x32768)")
+    c.add_argument("--vocab", type=int, default=None, help="vocabulary size V for log-prob formulas")
+    c.add_argument("--dtype", default="float32", help="the adapter's dtype (default float32)")
+    c.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--chunk", type=int, default=8, help="sequences per chunk of the oracle's scale pass")
+    c.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a formula parameter (JSON value)")
+    c.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
+    c.set_defaults(func=_check)
     return parser
+
+
+def _check(args) -> int:
+    from . import check, runner
+
+    try:
+        if args.vocab is not None:
+            raise check.CheckError("--vocab: no log-prob formula has an oracle scale yet "
+                                   f"(formulas with one: {', '.join(check.ORACLE_FORMULAS)})")
+        B, T = check.parse_shape(args.shape)
+        params = {}
+        for item in args.param:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise check.CheckError(f"--param must be NAME=VALUE, got {item!r}")
+            try:
+                params[name] = json.loads(value)
+            except ValueError:
+                params[name] = value
+        adapter = runner.load_adapter(args.adapter)
+        res = check.run_check(adapter, args.formula, B, T, args.dtype, args.device, args.seed, params, args.chunk)
+    except (check.CheckError, runner.RunError) as e:
+        print(f"pgspec check: {e}", file=sys.stderr)
+        return 2
+    for o in res.outputs:
+        print(f"{res.formula} {o.output}: {o.compared} elements, worst error ratio {o.worst_ratio:.3g}, "
+              f"{o.failures} out of bound")
+    print(f"pgspec check {res.adapter} {res.formula} {res.dtype} {B}x{T} seed {res.seed}: {res.outcome} "
+          f"(adapter {res.adapter_seconds:.2f} s, oracle {res.oracle_seconds:.2f} s){': ' + res.message if res.message else ''}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res.to_json(), fh, indent=1)
+    return {"pass": 0, "unsupported": 0}.get(res.outcome, 1)
 
 
 def main(argv=None) -> int:
