@@ -177,50 +177,47 @@ def _phantom(k, inexact):
     return ((k >= 2) & inexact).long()
 
 
-def _aggregate_scales(kind, x, Ex, dx, mask, chunk, x_inexact=None):
-    """(value, S(value), S(grad) [B, T]) of agg.token_mean / agg.sample_mean over terms x with
-    rounding errors Ex and derivatives dx w.r.t. the differentiable input (1 for agg inputs),
+def _aggregate_scales(kind, terms, mask, chunk):
+    """(value, S(value), S(grad) [B, T]) of agg.token_mean / agg.sample_mean over per-token terms,
     following the reference's nodes: row sums (one "sum" node each), then the division(s) and the
-    sum over rows, then the scale pass backwards."""
+    sum over rows, then the scale pass backwards.
+
+    ``terms(rows)`` gives, for a slice of rows, (x, E(x), dx/dinput or None when the terms are the
+    differentiable input itself, inexact) with masked positions zero; it is called twice per chunk
+    of ``chunk`` rows (row sums, then the gradient scales), so no temporary exceeds a chunk."""
     import torch
 
-    B = x.shape[0]
+    B = mask.shape[0]
     L = mask.sum(-1)
-    s = torch.zeros(B, dtype=torch.float64, device=x.device)
-    Es = torch.zeros_like(s)
+    s = torch.zeros(B, dtype=torch.float64, device=mask.device)
+    Es, absum = torch.zeros_like(s), torch.zeros_like(s)
+    any_inexact = torch.zeros(B, dtype=torch.bool, device=mask.device)
     for start in range(0, B, chunk):
         sl = slice(start, start + chunk)
-        xs, ms = x[sl], mask[sl]
-        s[sl] = torch.where(ms, xs, torch.zeros_like(xs)).sum(-1)
-        absum = torch.where(ms, xs.abs(), torch.zeros_like(xs)).sum(-1)
-        extra = 0
-        if x_inexact is not None:
-            extra = _phantom(L[sl], (x_inexact[sl] & ms).any(-1))
-        Es[sl] = _sum_rounding(L[sl] + extra, absum) + torch.where(ms, Ex[sl], torch.zeros_like(xs)).sum(-1)
+        x, Ex, _, inexact = terms(sl)
+        s[sl] = x.sum(-1)
+        absum[sl] = x.abs().sum(-1)
+        any_inexact[sl] = inexact.any(-1)
+        Es[sl] = _sum_rounding(L[sl] + _phantom(L[sl], any_inexact[sl]), absum[sl]) + Ex.sum(-1)
     rows = L > 0
     k = rows.sum()
     if kind == "agg.token_mean":
         N = L.sum().double()
         num = s[rows].sum()
-        rows_inexact = torch.tensor(x_inexact is not None and bool((x_inexact & mask).any()))
-        Enum = _sum_rounding(k + _phantom(k, rows_inexact), s[rows].abs().sum()) + Es[rows].sum()
+        Enum = _sum_rounding(k + _phantom(k, any_inexact.any()), s[rows].abs().sum()) + Es[rows].sum()
         v = num / N if N > 0 else num * 0
         Ev = v.abs() + Enum / N if N > 0 else v * 0
         rel_v = _rel(v, Ev)
-        A_x = torch.where(mask, torch.ones_like(x) / N, torch.zeros_like(x))
-        C_x = torch.where(mask, rel_v / N * torch.ones_like(x), torch.zeros_like(x))
+        A_s = torch.full_like(s, 1.0) / N
+        C_s = torch.full_like(s, 1.0) * rel_v / N
     else:  # agg.sample_mean: q_i = s_i / L_i, v = sum_i q_i / n
         Ld = torch.where(rows, L.double(), torch.ones_like(s))
         q = torch.where(rows, s / Ld, torch.zeros_like(s))
         Eq = torch.where(rows, q.abs() + Es / Ld, torch.zeros_like(s))
         n = k.double()
         P = q[rows].sum()
-        # The reference accumulates this sum at its working precision and counts the difference
-        # from the correctly rounded sum as one more (constant) term: nonzero when a q_i is
-        # inexact, i.e. when some L_i is not a power of two (then k + 1 terms).
-        q_inexact = ((L[rows] & (L[rows] - 1)) != 0).any()
-        if x_inexact is not None:
-            q_inexact = q_inexact | (x_inexact & mask).any()
+        # q_i is inexact when some L_i is not a power of two, or its row's terms are inexact
+        q_inexact = ((L[rows] & (L[rows] - 1)) != 0).any() | any_inexact.any()
         EP = _sum_rounding(k + _phantom(k, q_inexact), q[rows].abs().sum()) + Eq[rows].sum()
         v = P / n if n > 0 else P * 0
         Ev = v.abs() + EP / n if n > 0 else v * 0
@@ -228,14 +225,17 @@ def _aggregate_scales(kind, x, Ex, dx, mask, chunk, x_inexact=None):
         A_q, C_q = 1 / n, rel_v / n
         step_q = C_q + A_q * _rel(q, Eq)
         A_s, C_s = A_q / Ld, step_q / Ld
-        A_x = torch.where(mask, A_s.unsqueeze(-1).expand_as(x), torch.zeros_like(x))
-        C_x = torch.where(mask, C_s.unsqueeze(-1).expand_as(x), torch.zeros_like(x))
-    if dx is None:          # the terms are the differentiable input itself
-        g = A_x + C_x
-    else:
-        step_x = C_x + A_x * _rel(x, Ex)
-        g = (A_x + step_x) * dx.abs()
-    return v, Ev, torch.where(mask, g, torch.zeros_like(g))
+    g = torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
+    for start in range(0, B, chunk):
+        sl = slice(start, start + chunk)
+        x, Ex, dx, _ = terms(sl)
+        A_x, C_x = A_s[sl].unsqueeze(-1), C_s[sl].unsqueeze(-1)
+        if dx is None:          # the terms are the differentiable input itself
+            gs = (A_x + C_x).expand_as(x)
+        else:
+            gs = (A_x + C_x + A_x * _rel(x, Ex)) * dx.abs()
+        g[sl] = torch.where(mask[sl], gs, torch.zeros_like(gs))
+    return v, Ev, g
 
 
 def oracle_params(formula: str, params: dict) -> dict:
@@ -265,15 +265,25 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
 
     p = oracle_params(formula, params)
     with torch.no_grad():
+        mask = tensors["mask"]
         if formula.startswith("agg."):
             x = tensors["values"].detach()
-            zero = torch.zeros_like(x)
-            _, Ev, g = _aggregate_scales(formula, x, zero, None, tensors["mask"], chunk)
+
+            def terms(sl):
+                xs = torch.where(mask[sl], x[sl], torch.zeros((), dtype=x.dtype, device=x.device))
+                return xs, torch.zeros_like(xs), None, torch.zeros_like(mask[sl])   # inputs are exact
+
+            _, Ev, g = _aggregate_scales(formula, terms, mask, chunk)
             return {"value": Ev, "grad.values": g}
-        l, old, adv, mask = (tensors[k].detach() for k in ("logprobs", "old_logprobs", "advantages", "mask"))
-        x, Ex, dx = _ppo_terms(l, old, adv, mask, float(p["eps_low"]), float(p["eps_high"]), p.get("log_ratio_clamp"))
+        l, old, adv = (tensors[k].detach() for k in ("logprobs", "old_logprobs", "advantages"))
+        eps_low, eps_high, clamp = float(p["eps_low"]), float(p["eps_high"]), p.get("log_ratio_clamp")
+
+        def terms(sl):
+            x, Ex, dx = _ppo_terms(l[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
+            return x, Ex, dx, x != 0
+
         kind = "agg.sample_mean" if formula == "loss.grpo" else "agg.token_mean"
-        _, Ev, g = _aggregate_scales(kind, x, Ex, dx, mask, chunk, x_inexact=x != 0)
+        _, Ev, g = _aggregate_scales(kind, terms, mask, chunk)
         return {"loss": Ev, "grad.logprobs": g}
 
 
