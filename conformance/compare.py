@@ -194,10 +194,13 @@ def _hi_lo(r):
 
 
 def _scale_float(s):
-    if s is None:
+    """The scale as float64 (NaN for None or a boolean; a non-finite scale goes to the exact path)."""
+    if s is None or isinstance(s, bool):
         return math.nan
-    v = float(s) if not isinstance(s, bool) else math.nan
-    return v
+    try:
+        return float(s)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
 
 
 def _flat(x, path=()):
@@ -260,13 +263,15 @@ def prepare(ref, scale, positions=None) -> Prepared:
     r_hi, r_lo, exact, kind = np.empty(n), np.empty(n), np.zeros(n, dtype=bool), np.empty(n, dtype=np.int8)
     rbool = np.zeros(n, dtype=bool)
     s = np.empty(n)
+    none_scale = np.zeros(n, dtype=bool)
     for k, (r, sc) in enumerate(zip(refs, scales)):
         r_hi[k], r_lo[k], exact[k], kind[k] = _hi_lo(r)
         if kind[k] == _KIND_BOOL:
             rbool[k] = bool(r)
+        none_scale[k] = sc is None
         s[k] = _scale_float(sc)
-    none_scale = np.isnan(s) & (kind == _KIND_REAL)
-    s[none_scale] = np.abs(r_hi[none_scale])
+    none_scale &= kind == _KIND_REAL
+    s[none_scale] = np.abs(r_hi[none_scale])      # tolerance.compare's S = |ref|
     # a scale that is not a finite float64 (or a None scale of an int/bool-free reference we could
     # not express) sends the element to the exact comparison
     kind[(kind == _KIND_REAL) & ~np.isfinite(s)] = _KIND_SPECIAL
