@@ -99,7 +99,8 @@ def main() -> int:
     print(f"harness overhead ratio (wall / adapter): {ratio:.2f}  target <= {TARGET_RATIO}  "
           f"{'ok' if ratio <= TARGET_RATIO else 'OVER TARGET'}")
     print(f"comparison core: {s.elements} elements, {s.fast} decided in float64, {s.fallbacks} exact fall-backs, "
-          f"{s.special} non-finite decided exactly, {s.ratio_evals} exact ratio evaluations")
+          f"{s.special} non-finite decided exactly, {s.small} in outputs of <= {compare.SMALL} elements compared exactly, "
+          f"{s.ratio_evals} exact ratio evaluations")
     if args.verify:
         t = time.perf_counter()
         v = subprocess.run([sys.executable, "-m", "pgspec.conformance.cli", "golden", "verify"],

@@ -76,8 +76,11 @@ def test_fast_and_exact_agree_on_the_corpus_for_the_torch_backend(dtype):
     compare.STATS.reset()
     n = _check_adapter_on_corpus(runner.load_adapter("torch"), dtype)
     assert n > 30000
-    # the fast path decides nearly everything (the proof's slack is tiny next to the bounds)
-    assert compare.STATS.fast >= 0.95 * compare.STATS.elements
+    # the fast path decides nearly everything (the proof's slack is tiny next to the bounds); the
+    # rest are non-finite elements and outputs of one or two elements, compared exactly
+    s = compare.STATS
+    assert s.fast + s.small >= 0.95 * s.elements and s.fast >= 0.8 * s.elements
+    assert s.fast + s.small + s.fallbacks + s.special == s.elements
 
 
 @pytest.mark.parametrize("wrong", wrong_adapters.WRONG_ADAPTERS, ids=[w.name for w in wrong_adapters.WRONG_ADAPTERS])
