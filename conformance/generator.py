@@ -63,8 +63,15 @@ def generate_arrays(spec: dict) -> dict:
     import numpy as np
 
     out = _generate_numpy(spec, np, as_lists=False)
+    out.update(_structure_arrays(spec, np))
+    return out
+
+
+def _structure_arrays(spec: dict, np) -> dict:
+    """mask, group_ids and document_ids (those in ``fields``) as numpy arrays."""
     B, T = spec["B"], spec["T"]
     fields = set(spec["fields"])
+    out = {}
     lengths = np.asarray(spec.get("lengths") or [T] * B)
     if "mask" in fields:
         out["mask"] = np.arange(T)[None, :] < lengths[:, None]
@@ -114,14 +121,10 @@ def _out(array, as_lists):
 
 
 def _add_structure(out, spec, fields, B, T, lengths):
-    if "mask" in fields:
-        out["mask"] = [[t < lengths[b] for t in range(T)] for b in range(B)]
-    if "group_ids" in fields:
-        groups = spec.get("groups") or 1
-        out["group_ids"] = [b % groups for b in range(B)]
-    if "document_ids" in fields:
-        docs = spec.get("documents") or 1
-        out["document_ids"] = [[b * docs + (t * docs) // T for t in range(T)] for b in range(B)]
+    import numpy as np
+
+    for name, a in _structure_arrays(spec, np).items():
+        out[name] = a.tolist()
 
 
 def generate_inputs_reference(spec: dict) -> dict:
