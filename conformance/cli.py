@@ -59,7 +59,7 @@ def _golden(args) -> int:
         import time
 
         start = time.perf_counter()
-        files = golden.generate_all()
+        files = golden.generate_all(reuse=False)   # always evaluated afresh (and stored in the record cache)
         golden.write_all(files)
         n = sum(len(__import__("json").loads(d)["cases"]) for d in files.values())
         print(f"wrote {len(files)} golden files ({n} cases) to {golden.GOLDEN_DIR} "
@@ -69,13 +69,30 @@ def _golden(args) -> int:
         from . import coverage
 
         return coverage.main()
-    problems = golden.verify()
+    import time
+
+    start = time.perf_counter()
+    cache = not getattr(args, "no_cache", False)
+    if sys.stderr.isatty():  # a progress bar on a terminal, the summary line alone otherwise
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("verifying the golden corpus"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("cases", total=None)
+            problems = golden.verify(progress=lambda done, total: bar.update(task, completed=done, total=total),
+                                     cache=cache)
+    else:
+        problems = golden.verify(cache=cache)
+    took = (f"{golden._STATS['cached'] + golden._STATS['evaluated']} cases, {golden._STATS['evaluated']} evaluated, "
+            f"{golden._STATS['cached']} from the record cache; {time.perf_counter() - start:.1f} s")
     if problems:
-        print("pgspec golden verify: FAILED", file=sys.stderr)
+        print(f"pgspec golden verify: FAILED ({took})", file=sys.stderr)
         for p in problems:
             print("  " + p, file=sys.stderr)
         return 1
-    print(f"pgspec golden verify: {len(golden.load_manifest()['files'])} files byte-identical to the generator's output")
+    print(f"pgspec golden verify: {len(golden.load_manifest()['files'])} files byte-identical to the generator's output "
+          f"({took})")
     return 0
 
 
@@ -330,10 +347,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.add_argument("--formulas", default="*", metavar="GLOBS", help="formula ID globs, comma-separated (e.g. 'kl.*,loss.grpo')")
     p.set_defaults(func=_formulas)
-    g = sub.add_parser("golden", help="generate or verify the golden corpus", formatter_class=fmt)
+    g = sub.add_parser("golden", help="generate, verify or measure the golden corpus", formatter_class=fmt)
     g.add_argument("action", choices=("generate", "verify", "coverage"),
                    help="generate: write the corpus; verify: regenerate in memory and require byte equality; "
                         "coverage: which side of every bounding parameter binds in which cases")
+    g.add_argument("--no-cache", action="store_true",
+                   help="verify: evaluate every case afresh instead of taking unchanged ones from the record cache")
     g.set_defaults(func=_golden)
     r = sub.add_parser("run", help="run the conformance suite against an adapter", formatter_class=fmt)
     r.add_argument("--adapter", default="torch",
@@ -355,7 +374,52 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("adapters", help="list adapters with availability, version and install commands",
                        formatter_class=fmt)
     a.set_defaults(func=_adapters)
+    c = sub.add_parser("check", help="check a formula at production size against the float64 oracle")
+    c.add_argument("--formula", required=True, help="formula or recipe ID (see `pgspec check --list`)")
+    c.add_argument("--adapter", default="torch", help="built-in adapter name or module:object (default torch)")
+    c.add_argument("--shape", default="64x32768", help="BxT (default 64x32768)")
+    c.add_argument("--vocab", type=int, default=None, help="vocabulary size V for log-prob formulas")
+    c.add_argument("--dtype", default="float32", help="the adapter's dtype (default float32)")
+    c.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--chunk", type=int, default=8, help="sequences per chunk of the oracle's scale pass")
+    c.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a formula parameter (JSON value)")
+    c.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
+    c.set_defaults(func=_check)
     return parser
+
+
+def _check(args) -> int:
+    from . import check, runner
+
+    try:
+        if args.vocab is not None:
+            raise check.CheckError("--vocab: no log-prob formula has an oracle scale yet "
+                                   f"(formulas with one: {', '.join(check.ORACLE_FORMULAS)})")
+        B, T = check.parse_shape(args.shape)
+        params = {}
+        for item in args.param:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise check.CheckError(f"--param must be NAME=VALUE, got {item!r}")
+            try:
+                params[name] = json.loads(value)
+            except ValueError:
+                params[name] = value
+        adapter = runner.load_adapter(args.adapter)
+        res = check.run_check(adapter, args.formula, B, T, args.dtype, args.device, args.seed, params, args.chunk)
+    except (check.CheckError, runner.RunError) as e:
+        print(f"pgspec check: {e}", file=sys.stderr)
+        return 2
+    for o in res.outputs:
+        print(f"{res.formula} {o.output}: {o.compared} elements, worst error ratio {o.worst_ratio:.3g}, "
+              f"{o.failures} out of bound")
+    print(f"pgspec check {res.adapter} {res.formula} {res.dtype} {B}x{T} seed {res.seed}: {res.outcome} "
+          f"(adapter {res.adapter_seconds:.2f} s, oracle {res.oracle_seconds:.2f} s){': ' + res.message if res.message else ''}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res.to_json(), fh, indent=1)
+    return {"pass": 0, "unsupported": 0}.get(res.outcome, 1)
 
 
 def _seconds(text: str) -> float:

@@ -198,37 +198,141 @@ def _jobs() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def _generate_records(cases: list) -> list:
+def _generate_records(cases: list, progress=None, cache: bool = True, reuse: bool = True) -> list:
     """generate_case over ``cases`` in worker processes; the result order is the cases' order, and
-    each record depends only on its case, so the bytes do not depend on the number of workers."""
-    jobs = _jobs()
-    if jobs == 1 or len(cases) < 2:
-        return [generate_case(c) for c in cases]
-    import multiprocessing
+    each record depends only on its case, so the bytes do not depend on the number of workers.
 
+    With ``cache``, records found in the record cache (``_record_key``) are taken from it (unless
+    ``reuse`` is false: then every case is evaluated) and evaluated ones are stored there.
+    ``progress(done, total)`` is called as records complete."""
+    total = len(cases)
+    records: list = [None] * total
+    keys = [_record_key(c) for c in cases] if cache else [None] * total
+    for k, key in enumerate(keys):
+        if key is not None and reuse:
+            records[k] = _cache_get(key)
+    todo = [k for k in range(total) if records[k] is None]
+    done = total - len(todo)
+    if progress:
+        progress(done, total)
+    jobs = _jobs()
     # the long scale cases first, so that both workers stay busy to the end
-    order = sorted(range(len(cases)), key=lambda k: -_weight(cases[k]))
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        done = pool.map(generate_case, [cases[k] for k in order], chunksize=1)
-    records = [None] * len(cases)
-    for k, record in zip(order, done):
-        records[k] = record
+    todo.sort(key=lambda k: -_weight(cases[k]))
+    if jobs == 1 or len(todo) < 2:
+        results = ((k, generate_case(cases[k])) for k in todo)
+        pool = None
+    else:
+        import multiprocessing
+
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+        results = pool.imap_unordered(_generate_indexed, [(k, cases[k]) for k in todo], chunksize=1)
+    try:
+        for k, record in results:
+            records[k] = record
+            if keys[k] is not None:
+                _cache_put(keys[k], record)
+            done += 1
+            if progress:
+                progress(done, total)
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    _STATS["cached"], _STATS["evaluated"] = total - len(todo), len(todo)
     return records
+
+
+def _generate_indexed(item):
+    k, case = item
+    return k, generate_case(case)
+
+
+_STATS = {"cached": 0, "evaluated": 0}
+
+
+# The record cache: a generated case record is a deterministic function of the case (its ID,
+# category, description, links, parameters and encoded inputs) and of the code that evaluates it
+# (the reference, the case definitions, this module and the input generator, mpmath's version and
+# backend, the precision).  A record is stored under the sha256 of all of these, so a hit is the
+# record the generator produces now, byte for byte; anything else in the key changing only costs
+# an evaluation.  Under $PGSPEC_CACHE/golden (default ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
+def _record_cache_dir():
+    import os
+
+    root = os.environ.get("PGSPEC_CACHE")
+    if root == "off":
+        return None
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pgspec")
+    return Path(root) / "golden"
+
+
+@lru_cache(maxsize=1)
+def _code_digest() -> str:
+    import pgspec.reference as reference_package
+
+    h = hashlib.sha256(f"{FORMAT}|{DPS}|{DIGITS}|{SCALE_DIGITS}|{SAMPLES_PER_END}|{RANDOM_SAMPLES}|"
+                       f"{mpmath.__version__}|{mpmath.libmp.BACKEND}".encode())
+    here = Path(__file__).resolve().parent
+    files = sorted(Path(reference_package.__file__).resolve().parent.rglob("*.py"))
+    files += sorted((here / "cases").rglob("*.py")) + [here / "golden.py", here / "generator.py"]
+    for path in files:
+        h.update(str(path.relative_to(path.parent.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _record_key(case: Case) -> str | None:
+    if _record_cache_dir() is None:
+        return None
+    f = REGISTRY[case.formula]
+    ident = {"id": case.id, "formula": case.formula, "category": case.category, "description": case.description,
+             "links": list(case.links), "params": case.params,
+             "inputs": case.inputs.to_json() if isinstance(case.inputs, Generated) else _encode_inputs(case, f)}
+    text = json.dumps(ident, sort_keys=True, ensure_ascii=True)
+    return hashlib.sha256((_code_digest() + "\0" + text).encode()).hexdigest()
+
+
+def _cache_get(key: str):
+    d = _record_cache_dir()
+    path = d / key[:2] / f"{key}.json" if d is not None else None
+    if path is None or not path.exists():
+        return None
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def _cache_put(key: str, record: dict) -> None:
+    import os
+
+    d = _record_cache_dir()
+    if d is None:
+        return
+    path = d / key[:2] / f"{key}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(json.dumps(record, ensure_ascii=True).encode())
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs time
 
 
 def _weight(case: Case) -> int:
     return case.inputs.B * case.inputs.T if isinstance(case.inputs, Generated) else 1
 
 
-def generate_all(families=None) -> dict[str, bytes]:
-    """Every family file's bytes, generated from the case definitions and the reference."""
+def generate_all(families=None, progress=None, cache: bool = True, reuse: bool = True) -> dict[str, bytes]:
+    """Every family file's bytes, generated from the case definitions and the reference
+    (``progress``, ``cache`` and ``reuse``: see ``_generate_records``)."""
     by_family: dict[str, list] = {}
     for case in all_cases():
         fam = family_of(case)
         if families is None or fam in families:
             by_family.setdefault(fam, []).append(case)
     ordered = [c for _, cases in sorted(by_family.items()) for c in cases]
-    records = iter(_generate_records(ordered))
+    records = iter(_generate_records(ordered, progress, cache, reuse))
     files = {}
     for fam, cases in sorted(by_family.items()):
         doc = {
@@ -263,11 +367,12 @@ def write_all(files: dict[str, bytes], directory: Path = GOLDEN_DIR) -> None:
     (directory / "MANIFEST").write_bytes(manifest_bytes(files))
 
 
-def verify(directory: Path = GOLDEN_DIR, families=None) -> list[str]:
+def verify(directory: Path = GOLDEN_DIR, families=None, progress=None, cache: bool = True) -> list[str]:
     """Regenerate in memory; return one message per difference (empty when byte-identical).
 
-    ``families`` restricts the check to those family files (the MANIFEST is then not compared)."""
-    files = generate_all(families)
+    ``families`` restricts the check to those family files (the MANIFEST is then not compared);
+    ``progress(done, total)`` follows the cases; ``cache=False`` evaluates every case afresh."""
+    files = generate_all(families, progress, cache)
     problems = []
     on_disk = {p.name for p in directory.glob("*.json") if p.name != "schema.json"}
     if families is not None:

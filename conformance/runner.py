@@ -19,7 +19,9 @@ from functools import lru_cache
 
 from pgspec.reference import REGISTRY
 
-from . import golden, tolerance
+from . import compare, golden
+from .compare import TORCH_DTYPES, to_tensors  # noqa: F401 - the call convention, re-exported
+from .compare import objective as _objective
 
 OUTCOMES = ("pass", "fail", "error", "bug", "convention", "not-applicable", "unsupported", "stale-deviation")
 BAD_OUTCOMES = ("fail", "error", "stale-deviation")
@@ -194,46 +196,12 @@ def case_inputs(case: dict) -> dict:
     return _inputs_cached(json.dumps({"formula": case["formula"], "inputs": case["inputs"]}, sort_keys=True))
 
 
-TORCH_DTYPES = {"float64": "float64", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-
-
-def to_tensors(formula_id: str, inputs: dict, dtype: str, device: str):
-    import torch
-
-    f = REGISTRY[formula_id]
-    tdtype = getattr(torch, TORCH_DTYPES[dtype])
-    tensors = {}
-    for name, value in inputs.items():
-        kind = f.input(name).kind
-        if kind == "bool":
-            t = torch.tensor(value, dtype=torch.bool, device=device)
-        elif kind == "int":
-            t = torch.tensor(value, dtype=torch.long, device=device)
-        else:
-            # golden inputs are bfloat16-exact: float64 -> dtype is exact
-            t = torch.tensor(value, dtype=torch.float64, device=device).to(tdtype)
-            if name in f.differentiable:
-                t.requires_grad_(True)
-        tensors[name] = t
-    return tensors
-
-
 def adapter_params(formula_id: str, params: dict) -> dict:
     """Parameters as an adapter receives them: real values as Python floats (a decimal string such
     as "0.28" becomes the nearest binary64, which is what a framework's config holds)."""
     f = REGISTRY[formula_id]
     kinds = {p.name: p.kind for p in f.params}
     return {k: float(v) if kinds.get(k) == "real" and isinstance(v, str) else v for k, v in params.items()}
-
-
-def _objective(out, mask):
-    """Sum of the unmasked elements of the grad_of output (masked ones selected away, never x 0)."""
-    import torch
-
-    if mask is not None and out.dim() >= 2 and tuple(out.shape[:2]) == tuple(mask.shape):
-        m = mask.reshape(mask.shape + (1,) * (out.dim() - 2))
-        out = torch.where(m, out, torch.zeros((), dtype=out.dtype, device=out.device))
-    return out.sum()
 
 
 def _flat_with_paths(x, path=()):
@@ -507,15 +475,19 @@ def _compare_case(adapter, case, dtype, device, result) -> CaseResult:
             result.outcome = "error"
             result.message = f"the adapter returned no {key!r}"
             return result
-        for path, value, r, s in _elements(case, key, ref, got):
-            cmp = tolerance.compare(value, r, s, f.family, dtype)
-            compared += 1
-            if cmp.ratio > worst:
-                worst = cmp.ratio
-                result.error, result.bound, result.error_ratio = cmp.error, cmp.bound, cmp.ratio
-            if not cmp.passed and result.first_failure is None:
-                result.first_failure = {"output": key, "index": list(path), "got": repr(value), "ref": r,
-                                        "error": cmp.error, "bound": cmp.bound, "note": cmp.note}
+        # every element against the tolerance model (conformance/compare.py: vectorized, with the
+        # exact comparison where float64 rounding could flip an outcome); the same result as
+        # ``tolerance.compare`` over ``_elements`` one by one, worst ratio and first failure included
+        res = compare.compare_output(case, key, ref, got, f.family, dtype)
+        compared += res.compared
+        if res.worst is not None and res.worst.ratio > worst:
+            cmp = res.worst
+            worst = cmp.ratio
+            result.error, result.bound, result.error_ratio = cmp.error, cmp.bound, cmp.ratio
+        if res.failure is not None and result.first_failure is None:
+            cmp = res.failure
+            result.first_failure = {"output": key, "index": list(res.failure_path), "got": repr(res.failure_got),
+                                    "ref": res.failure_ref, "error": cmp.error, "bound": cmp.bound, "note": cmp.note}
     result.compared = compared
     if missing:
         result.message = f"outputs not produced by the adapter (not compared): {', '.join(missing)}"
