@@ -237,7 +237,13 @@ class MalformedOutput(Exception):
 
 # Real outputs and gradients must be floating tensors of the run's dtype; for the 16-bit storage
 # dtypes the spec's compute dtype (float32, spec/tolerance.md) is accepted as well.
-ACCEPTED_DTYPES = {"float64": ("float64",), "float32": ("float32",), "bfloat16": ("bfloat16", "float32"),
+# The floating dtypes an output may have in a run of each dtype: the run's own, float32 in the 16-bit
+# runs (which compute in float32), and a lower precision than the run's (a framework that computes in
+# float32 whatever its inputs is judged by its numbers against the run's bound, and declares that).
+# A higher precision than the run's is refused: the adapter would not be testing the dtype it claims.
+ACCEPTED_DTYPES = {"float64": ("float64", "float32", "bfloat16", "float16"),
+                   "float32": ("float32", "bfloat16", "float16"),
+                   "bfloat16": ("bfloat16", "float32"),
                    "float16": ("float16", "float32")}
 
 
