@@ -32,6 +32,7 @@ BUILTIN_ADAPTERS = {
     "openrlhf": "pgspec.adapters.openrlhf:make_adapter",
     "skyrl": "pgspec.adapters.skyrl:make_adapter",
     "areal": "pgspec.adapters.areal:make_adapter",
+    "nemo_rl": "pgspec.adapters.nemo_rl:make_adapter",
 }
 
 
