@@ -33,6 +33,7 @@ BUILTIN_ADAPTERS = {
     "skyrl": "pgspec.adapters.skyrl:make_adapter",
     "areal": "pgspec.adapters.areal:make_adapter",
     "nemo_rl": "pgspec.adapters.nemo_rl:make_adapter",
+    "slime": "pgspec.adapters.slime:make_adapter",
 }
 
 
