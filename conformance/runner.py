@@ -34,6 +34,7 @@ BUILTIN_ADAPTERS = {
     "areal": "pgspec.adapters.areal:make_adapter",
     "nemo_rl": "pgspec.adapters.nemo_rl:make_adapter",
     "slime": "pgspec.adapters.slime:make_adapter",
+    "megatron": "pgspec.adapters.megatron:make_adapter",
 }
 
 

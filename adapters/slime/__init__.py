@@ -114,6 +114,31 @@ def _param(params, fid, name):
     return float(value)
 
 
+def _feature(name):
+    """Does the checkout's loss.py know this option (PR #2060: pg_loss_divisor; PR #2090:
+    loss_aggregation)?"""
+    _, _, lossmod = _modules()
+    return name in Path(lossmod.__file__).read_text()
+
+
+def _prompt_mask_sums(mask, group_ids):
+    """batch["prompt_mask_sums"] as PR #2090's rollout builds it: each sample's prompt group's total
+    mask count (slime/ray/rollout.py, group_total_mask)."""
+    totals = {}
+    for g, n in zip(group_ids.tolist(), mask.sum(-1).tolist()):
+        totals[g] = totals.get(g, 0) + n
+    return [totals[g] for g in group_ids.tolist()]
+
+
+def _group_size(fid, group_ids):
+    sizes = {}
+    for g in group_ids.tolist():
+        sizes[g] = sizes.get(g, 0) + 1
+    if len(set(sizes.values())) > 1:
+        _unsupported(fid, "groups of unequal size: --n-samples-per-prompt is one number")
+    return next(iter(sizes.values())) if sizes else 1
+
+
 def _require_null(params, fid, *names):
     for n in names:
         if _param(params, fid, n) is not None:
@@ -248,6 +273,48 @@ def agg_sample_mean(inputs, params):
     return {"value": total * 1 / (B if n is None else n)}
 
 
+def agg_constant(inputs, params):
+    """PR #2060 / #2090: get_sum_of_sample_mean(constant_divisor=K) (Σ x m / K), scaled by
+    loss_function's 1 / step_global_batch_size."""
+    import torch
+
+    _, cp, _ = _modules()
+    fid = "agg.constant"
+    if not (_feature("pg_loss_divisor") or _feature("loss_aggregation")):
+        _unsupported(fid, "no constant divisor before PR #2060 / #2090")
+    if _param(params, fid, "divide_by") != "K*N":
+        _unsupported(fid, "divide_by 'K': loss_function always divides by the sample count")
+    x, m = _compute(inputs["values"]), inputs["mask"]
+    B, T = x.shape
+    red = cp.get_sum_of_sample_mean([T + 1] * B, [T] * B, _rows(m.to(x.dtype)),
+                                    constant_divisor=_param(params, fid, "divisor"))
+    n = _param(params, fid, "num_sequences")
+    total = red(x.reshape(-1)) if B else x.new_zeros(())
+    total = total if torch.is_tensor(total) else x.new_zeros(()) + total
+    return {"value": total / (B if n is None else n)}
+
+
+def agg_prompt_mean(inputs, params):
+    """PR #2090: get_pg_loss_reducer with --loss-aggregation prompt_mean (sample i divided by its
+    group's prompt_mask_sums, times n_samples_per_prompt), scaled by 1 / step_global_batch_size."""
+    import torch
+
+    _, _, lossmod = _modules()
+    fid = "agg.prompt_mean"
+    if not _feature("loss_aggregation"):
+        _unsupported(fid, "no prompt mean before PR #2090")
+    _require_null(params, fid, "num_groups", "group_token_counts")
+    x, m, gid = _compute(inputs["values"]), inputs["mask"], inputs["group_ids"]
+    B, T = x.shape
+    args = _args(loss_aggregation="prompt_mean", n_samples_per_prompt=_group_size(fid, gid))
+    batch = {"prompt_mask_sums": [torch.tensor(float(v), dtype=x.dtype) for v in _prompt_mask_sums(m, gid)]}
+    red = lossmod.get_pg_loss_reducer(args, batch, total_lengths=[T + 1] * B, response_lengths=[T] * B,
+                                      pg_loss_masks=_rows(m.to(x.dtype)), default_reducer=None)
+    total = red(x.reshape(-1)) if B else x.new_zeros(())
+    total = total if torch.is_tensor(total) else x.new_zeros(()) + total
+    return {"value": total / B}
+
+
 def _sample_layout(mask, sequence_lengths):
     """Per row: (total_length, prompt_length): the prompt is everything before the first unmasked
     position (slime's response starts there), the total length is sequence_lengths[i] or one past
@@ -289,16 +356,25 @@ def dist_cp_reduce(inputs, params):
     denoms = None if counts is None else [torch.tensor(float(c), dtype=x.dtype) for c in counts]
     n_seq = agg_params.get("num_sequences")
     scale = 1.0 / float(B if n_seq is None else n_seq) if B or n_seq else 0.0
+    kw, skw = {}, {}
+    if layout == "bshd":
+        # PR #2060's qkv_format="bshd": chunks of the micro-batch's padded length T
+        kw = dict(qkv_format="bshd", max_seq_lens=[T] * B)
+        skw = dict(qkv_format="bshd", max_token_len=T)
+    if _param(params, fid, "aggregator") == "agg.constant":
+        if agg_params.get("divide_by", "K*N") != "K*N":
+            _unsupported(fid, "agg.constant divide_by 'K'")
+        kw["constant_divisor"] = float(agg_params["divisor"])
     partials = []
     try:
         for r in range(C):
             loader.CP.update(size=C, rank=r)
-            red = cp.get_sum_of_sample_mean(totals, resp, masks, sample_denoms=denoms)
-            chunk = [cp.slice_log_prob_with_cp(v, n, L) if C > 1 else v for v, n, L in zip(values, totals, resp)]
+            red = cp.get_sum_of_sample_mean(totals, resp, masks, sample_denoms=denoms, **kw)
+            chunk = [cp.slice_log_prob_with_cp(v, n, L, **skw) if C > 1 else v for v, n, L in zip(values, totals, resp)]
             part = red(torch.cat(chunk)) if chunk else x.new_zeros(())
             partials.append((part if torch.is_tensor(part) else x.new_zeros(()) + part) * scale)
         loader.CP.update(size=1, rank=0)
-        red = cp.get_sum_of_sample_mean(totals, resp, masks, sample_denoms=denoms)
+        red = cp.get_sum_of_sample_mean(totals, resp, masks, sample_denoms=denoms, **kw)
         whole = red(torch.cat(values)) if values else x.new_zeros(())
         whole = (whole if torch.is_tensor(whole) else x.new_zeros(()) + whole) * scale
     finally:
@@ -307,11 +383,23 @@ def dist_cp_reduce(inputs, params):
 
 
 def _layout(params, fid):
-    if _param(params, fid, "aggregator") != "agg.sample_mean":
-        _unsupported(fid, "aggregator: the adapter reaches slime's reducer as a sum of sample means only")
-    if _param(params, fid, "layout") != "thd" or _param(params, fid, "ownership") != "logit":
-        _unsupported(fid, "slime at this revision packs samples (thd) and gives a token to the rank of its logit")
-    return "thd"
+    aggs = ("agg.sample_mean", "agg.constant") if _has_constant() else ("agg.sample_mean",)
+    if _param(params, fid, "aggregator") not in aggs:
+        _unsupported(fid, f"aggregator: the adapter reaches slime's reducer as {' or '.join(aggs)} only")
+    layouts = ("thd", "bshd") if _has_bshd() else ("thd",)
+    if _param(params, fid, "layout") not in layouts or _param(params, fid, "ownership") != "logit":
+        _unsupported(fid, f"slime at this revision splits {'/'.join(layouts)} and gives a token to the rank of its logit")
+    return _param(params, fid, "layout")
+
+
+def _has_bshd():
+    _, cp, _ = _modules()
+    return "qkv_format" in Path(cp.__file__).read_text()
+
+
+def _has_constant():
+    _, cp, _ = _modules()
+    return "constant_divisor" in Path(cp.__file__).read_text()
 
 
 # ----------------------------------------------------------------------------------------- loss
@@ -322,7 +410,10 @@ def _args(**kw):
              tis_clip=2.0, tis_clip_low=0.0, custom_tis_function_path=None, calculate_per_token_loss=False,
              entropy_coef=0.0, use_kl_loss=False, kl_loss_type="k3", kl_loss_coef=0.0, use_unbiased_kl=False,
              custom_pg_loss_reducer_function_path=None, rollout_temperature=1.0, log_probs_chunk_size=-1,
-             allgather_cp=False, rollout_top_p=1.0, loss_type="policy_loss", recompute_loss_function=False)
+             allgather_cp=False, rollout_top_p=1.0, loss_type="policy_loss", recompute_loss_function=False,
+             # PR #2060 (--pg-loss-divisor, --qkv-format) and PR #2090 (--loss-aggregation)
+             qkv_format="thd", pg_loss_divisor=None, loss_aggregation="sample_mean", loss_aggregation_divisor=None,
+             n_samples_per_prompt=1)
     a.update(kw)
     return Namespace(**a)
 
@@ -334,10 +425,13 @@ def _loss(fid):
         _, _, lossmod = _modules()
         _require_null(params, fid, "is_log_ratio_clamp", "entropy_quantile")
         _require_null(params, fid, "log_ratio_max" if fid == "loss.gspo" else "log_ratio_clamp")
-        agg = {"loss.grpo": "sample_mean", "loss.gspo": "sample_mean", "loss.bnpo": "token_mean"}.get(fid) \
-            or _param(params, fid, "aggregation")
-        if agg not in ("sample_mean", "token_mean"):
-            _unsupported(fid, f"aggregation {agg!r}: slime reduces by sample means or (calculate_per_token_loss) tokens")
+        agg = {"loss.grpo": "sample_mean", "loss.gspo": "sample_mean", "loss.bnpo": "token_mean",
+               "loss.dr_grpo": "constant"}.get(fid) or _param(params, fid, "aggregation")
+        has_agg = _feature("loss_aggregation")
+        expressible = ("sample_mean", "token_mean") + (("prompt_mean", "constant") if has_agg else ()) \
+            + (("constant",) if _feature("pg_loss_divisor") else ())
+        if agg not in expressible:
+            _unsupported(fid, f"aggregation {agg!r}: not an option of this slime revision")
         lp, old, m = _compute(inputs["logprobs"]), _compute(inputs["old_logprobs"]), inputs["mask"]
         adv = _token_adv(_compute(inputs["advantages"]), lp)
         B, T = lp.shape
@@ -382,6 +476,20 @@ def _loss(fid):
             kw.update(use_opsm=True, opsm_delta=delta)
             # slime's default (no --use-rollout-logprobs): OPSM measures the divergence from the
             # trainer's old log-probs, the ones the PPO ratio uses
+        if agg == "constant":
+            if _param(params, fid, "divide_by") != "K*N":
+                _unsupported(fid, "divide_by 'K': the constant divides the token sum, then loss_function divides by the sample count")
+            divisor = _param(params, fid, "divisor")
+            kw.update(loss_aggregation="constant", loss_aggregation_divisor=divisor) if has_agg \
+                else kw.update(pg_loss_divisor=divisor)
+        elif has_agg:
+            kw["loss_aggregation"] = agg
+        if agg == "prompt_mean":
+            if "group_ids" not in inputs:
+                _unsupported(fid, "prompt_mean needs group_ids")
+            kw["n_samples_per_prompt"] = _group_size(fid, inputs["group_ids"])
+            batch["prompt_mask_sums"] = [torch.tensor(float(v), dtype=lp.dtype)
+                                         for v in _prompt_mask_sums(m, inputs["group_ids"])]
         args = _args(**kw)
         logprob_rows = _rows(lp)
         entropy_rows = [torch.zeros_like(r) for r in logprob_rows]
@@ -407,6 +515,9 @@ IMPLEMENTATIONS = {
     "mask.opsm": mask_opsm,
     "agg.sample_mean": agg_sample_mean,
     "dist.cp_reduce": dist_cp_reduce,
+    "agg.constant": agg_constant,
+    "agg.prompt_mean": agg_prompt_mean,
+    "loss.dr_grpo": _loss("loss.dr_grpo"),
     "loss.grpo": _loss("loss.grpo"),
     "loss.gspo": _loss("loss.gspo"),
     "loss.bnpo": _loss("loss.bnpo"),
@@ -427,6 +538,16 @@ def make_adapter():
     a = SlimeAdapter(name="slime", framework=FRAMEWORK, version="no checkout", devices=("cpu", "cuda"),
                      dtypes=("float64", "float32", "bfloat16"), implementations=dict(IMPLEMENTATIONS))
     a.refresh_version()
+    src = a.source()
+    text = lambda rel: (src / rel).read_text() if src is not None and (src / rel).is_file() else ""  # noqa: E731
+    if "constant_divisor" not in text("slime/backends/megatron_utils/cp_utils.py"):
+        for fid in ("agg.constant", "loss.dr_grpo"):  # PR #2060 / #2090 only
+            a.implementations.pop(fid)
+    if "compute_cispo_loss" not in text("slime/utils/ppo_utils.py"):
+        for fid in ("surrogate.cispo", "loss.cispo"):  # CISPO came after PR #2060's base
+            a.implementations.pop(fid)
+    if "loss_aggregation" not in text("slime/backends/megatron_utils/loss.py"):
+        a.implementations.pop("agg.prompt_mean")  # PR #2090 only
     mode = loader.compile_mode()
     if mode != "eager":
         a.version += f"; torch.compile mode {mode}"
