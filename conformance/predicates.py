@@ -133,3 +133,16 @@ def predicates() -> dict:
     module = sys.modules[__name__]
     return {name: fn for name, fn in inspect.getmembers(module, inspect.isfunction)
             if not name.startswith("_") and fn.__module__ == __name__ and name not in ("inputs_of", "predicates")}
+
+
+def zero_logprob(case: dict) -> bool:
+    """Some unmasked ``logprobs`` entry is 0 or positive (probability 1): a framework fed through
+    logits cannot carry the gradient of such a log-prob back through a two-class softmax."""
+    x, m = inputs_of(case).get("logprobs"), _mask(case)
+    if not isinstance(x, list) or m is None:
+        return False
+    for row, mrow in zip(x, m):
+        for v, keep in zip(row, mrow):
+            if keep and float(v) >= 0:
+                return True
+    return False

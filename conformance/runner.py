@@ -35,6 +35,7 @@ BUILTIN_ADAPTERS = {
     "nemo_rl": "pgspec.adapters.nemo_rl:make_adapter",
     "slime": "pgspec.adapters.slime:make_adapter",
     "megatron": "pgspec.adapters.megatron:make_adapter",
+    "fast_llm": "pgspec.adapters.fast_llm:make_adapter",
 }
 
 

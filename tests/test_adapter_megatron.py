@@ -37,7 +37,7 @@ def _isolated(env):
 
 @needs_source
 @pytest.mark.parametrize("layout", ["unpacked", "packed"])
-@pytest.mark.parametrize("case_id", ["surrogate.ppo_clip/padded-batch", "kl.k3/two-tokens", "is.token.truncate/spec-example"])
+@pytest.mark.parametrize("case_id", ["surrogate.ppo_clip/sequence-advantages", "kl.k3/two-tokens", "is.token.truncate/spec-example"])
 def test_cases_pass(layout, case_id):
     a = _isolated({"PGSPEC_MEGATRON_LAYOUT": layout})
     try:

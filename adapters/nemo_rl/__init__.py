@@ -399,6 +399,44 @@ def _adv(fid):
     return run
 
 
+# ----------------------------------------------------------------------------------------- dist
+
+def dist_accumulate(inputs, params):
+    """Micro-batch accumulation as NeMo-RL's workers do it: every micro-batch's loss is reduced with
+    ClippedPGLossFn's reduction (masked_mean) over the global denominators the worker computes once
+    per step (global_valid_toks = Σ token_mask·sample_mask, global_valid_seqs = Σ sample_mask), and
+    the micro-batches' gradients are summed.  Token mean: masked_mean(x, mask, global_valid_toks);
+    sample mean: masked_mean(masked_mean(x, token_mask, dim=-1), sample_mask, global_valid_seqs)."""
+    import torch
+
+    _, ut, _ = _modules()
+    fid = "dist.accumulate"
+    agg = _param(params, fid, "aggregator")
+    if agg not in ("agg.token_mean", "agg.sample_mean"):
+        _unsupported(fid, f"aggregator {agg!r}: NeMo-RL's loss reduces by a token mean or a sample mean")
+    agg_params = params.get("agg_params") or {}
+    if any(v is not None for v in agg_params.values()):
+        _unsupported(fid, "agg_params: the global denominators are the step's own counts")
+    x, m = _compute(inputs["values"]), inputs["mask"]
+    B = x.shape[0]
+    sizes = params.get("micro_batch_sizes") or [1] * B
+    mf = m.to(x.dtype)
+    n_tok = mf.sum()
+    n_seq = torch.tensor(float(B), dtype=x.dtype)
+    contributions, start = [], 0
+    for size in sizes:
+        xs, ms = x[start:start + size], mf[start:start + size]
+        start += size
+        if agg == "agg.token_mean":
+            contributions.append(ut.masked_mean(xs, ms, global_normalization_factor=n_tok))
+        else:
+            sample_mask = torch.ones(xs.shape[0], dtype=x.dtype)
+            contributions.append(ut.masked_mean(ut.masked_mean(xs, ms, dim=-1), sample_mask,
+                                                global_normalization_factor=n_seq))
+    c = torch.stack(contributions) if contributions else x.new_zeros((0,))
+    return {"contributions": c, "total": c.sum()}
+
+
 # ----------------------------------------------------------------------------------------- loss
 
 _AGG = {"loss.grpo": "sample_mean", "loss.bnpo": "token_mean", "loss.gspo": "sample_mean"}
@@ -486,6 +524,7 @@ IMPLEMENTATIONS = {
     "is.token.truncate": _is("is.token.truncate"),
     "is.token.mask": _is("is.token.mask"),
     "mask.geometric_sequence": mask_geometric_sequence,
+    "dist.accumulate": dist_accumulate,
     "adv.group_normalized": _adv("adv.group_normalized"),
     "adv.group_centered": _adv("adv.group_centered"),
     "loss.grpo": _loss("loss.grpo"),
