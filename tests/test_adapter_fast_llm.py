@@ -64,3 +64,35 @@ def test_recorded_reports_name_the_current_corpus():
         assert committed == matrix.corpus_digest(), (
             f"docs/conformance/{name} was recorded against another golden corpus: rerun the recorded run "
             "(adapters/fast_llm/README.md) and commit the report")
+
+
+@needs_source
+def test_sdp_gspo_over_gloo_adds_up_to_one_rank():
+    """Sequence-data-parallel GSPO: 2 ranks in a gloo group (adapters/fast_llm/sdp_gloo.py)."""
+    import subprocess
+
+    from pgspec.conformance.isolated import _pgspec_path_dir
+
+    code = r'''
+import sys, torch
+from pgspec.adapters.fast_llm import sdp_gloo
+if __name__ == "__main__":
+    g = torch.Generator().manual_seed(1)
+    T = 11
+    docs = [[0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2]]
+    mask = [[True, True, False, True, True, True, True, False, True, True, True]]
+    lp = -torch.rand(1, T, generator=g, dtype=torch.float64) * 2 - 0.01
+    old = lp + 0.2 * torch.randn(1, T, generator=g, dtype=torch.float64)
+    adv = [[1.0] * 4 + [-0.5] * 5 + [2.0] * 2]
+    data = dict(lp=lp.tolist(), old=old.tolist(), adv=adv, docs=docs, mask=mask, eps=(0.2, 0.28))
+    ranks, (l1, g1) = sdp_gloo.run(sys.argv[1], data, sdp_size=2)
+    assert len(ranks) == 2 and all(abs(v[0]) > 1e-6 for v in ranks.values()), ranks
+    total = sum(v[0] for v in ranks.values())
+    grad = [x for r in sorted(ranks) for x in ranks[r][1][0]]
+    gd = max(abs(a[0] - b[0]) + abs(a[1] - b[1]) for a, b in zip(grad, g1[0]))
+    assert abs(total - l1) <= 1e-12 * max(1.0, abs(l1)) and gd <= 1e-12, (ranks, l1, gd)
+    print("ok")
+'''
+    env = dict(os.environ, PYTHONPATH=_pgspec_path_dir())
+    out = subprocess.run([PYTHON, "-c", code, SOURCE], capture_output=True, text=True, timeout=900, env=env)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
