@@ -53,6 +53,10 @@ def _golden(args) -> int:
         print(f"wrote {len(files)} golden files ({n} cases) to {golden.GOLDEN_DIR} "
               f"in {time.perf_counter() - start:.1f} s")
         return 0
+    if args.action == "coverage":
+        from . import coverage
+
+        return coverage.main()
     problems = golden.verify()
     if problems:
         print("pgspec golden verify: FAILED", file=sys.stderr)
@@ -186,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--formulas", default="*", metavar="GLOB", help="only IDs matching this glob")
     p.set_defaults(func=_formulas)
     g = sub.add_parser("golden", help="generate or verify the golden corpus")
-    g.add_argument("action", choices=("generate", "verify"))
+    g.add_argument("action", choices=("generate", "verify", "coverage"),
+                   help="generate: write the corpus; verify: regenerate in memory and require byte equality; "
+                        "coverage: which side of every bounding parameter binds in which cases")
     g.set_defaults(func=_golden)
     r = sub.add_parser("run", help="run the conformance suite against an adapter")
     r.add_argument("--adapter", default="torch", help="built-in adapter name or module:object (default torch)")

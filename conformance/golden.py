@@ -141,6 +141,8 @@ def generate_case(case: Case) -> dict:
     else:
         inputs = case.inputs
         record["inputs"] = _encode_inputs(case, f)
+    if case.expect_error is not None:
+        return _error_record(case, inputs, record)
     result = evaluate(case.formula, inputs, case.params, dps=DPS, with_scale=True)
     scale = result["scale"]
     positions = None
@@ -161,6 +163,24 @@ def generate_case(case: Case) -> dict:
     for name in result["grad"]:
         scales[f"grad.{name}"] = store(scale[f"grad.{name}"], SCALE_DIGITS, f.input(name).shapes[0])
     record["scale"] = scales
+    return record
+
+
+def _error_record(case: Case, inputs: dict, record: dict) -> dict:
+    """An expected-error case: the reference must reject it with a SpecError naming the argument."""
+    from pgspec.reference import SpecError
+
+    try:
+        evaluate(case.formula, inputs, case.params, dps=DPS)
+    except SpecError as e:
+        message = str(e)
+    else:
+        raise ValueError(f"case {case.id}: the reference accepts an input the case expects it to reject")
+    if case.expect_error["argument"] not in message:
+        raise ValueError(f"case {case.id}: the reference's error does not name {case.expect_error['argument']!r}: "
+                         f"{message}")
+    record["expect_error"] = {**case.expect_error, "message": message}
+    record["outputs"], record["grad"], record["scale"] = {}, {}, {}
     return record
 
 

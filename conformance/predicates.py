@@ -135,6 +135,138 @@ def predicates() -> dict:
             if not name.startswith("_") and fn.__module__ == __name__ and name not in ("inputs_of", "predicates")}
 
 
+def _params(case: dict) -> dict:
+    from .declarations import resolved_params
+
+    return resolved_params(case)
+
+
+def reject_seq_max_k1(case: dict) -> bool:
+    """The case is an ``is.reject`` case that rejects by the k1 statistic at level ``seq_max``."""
+    if case.get("formula") != "is.reject":
+        return False
+    p = _params(case)
+    return p.get("estimator") == "k1" and p.get("level") == "seq_max"
+
+
+def reject_lower_bound_k2_k3(case: dict) -> bool:
+    """The case is an ``is.reject`` case with the k2 or k3 estimator and a lower bound (``lower`` not null)."""
+    if case.get("formula") != "is.reject":
+        return False
+    p = _params(case)
+    return p.get("estimator") in ("k2", "k3") and p.get("lower") is not None
+
+
+def truncated_is_lower_bound(case: dict) -> bool:
+    """The case's importance-sampling correction truncates (``is_level`` not ``"none"``, ``is_mode`` =
+    ``"truncate"``) and has a lower bound (``is_c_min`` not null)."""
+    p = _params(case)
+    return (p.get("is_level", "none") != "none" and p.get("is_mode") == "truncate"
+            and p.get("is_c_min") is not None)
+
+
+def clamped_kl_k1_k2_abs(case: dict) -> bool:
+    """The case has a KL term (``beta`` > 0) with the k1, k2 or abs estimator and sets one of its clamps
+    (``kl_log_ratio_min``, ``kl_log_ratio_max``, ``kl_output_min`` or ``kl_output_max`` not null)."""
+    p = _params(case)
+    beta = p.get("beta")
+    try:
+        beta = float(beta) if beta is not None else 0.0
+    except (TypeError, ValueError):
+        return False
+    if not beta > 0 or p.get("kl_estimator") not in ("k1", "k2", "abs"):
+        return False
+    return any(p.get(k) is not None for k in ("kl_log_ratio_min", "kl_log_ratio_max", "kl_output_min", "kl_output_max"))
+# --- added for the trl, liger and areal declarations -------------------------------------------------
+
+
+def _real(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def large_log_ratio(case: dict) -> bool:
+    """At some unmasked position, |logprobs - old_logprobs| >= 20 or |ref_logprobs - logprobs| >= 20
+    (for the inputs the case gives): exp of such a log-ratio is beyond e^20 = 4.9e8 (float32's exp
+    overflows past 88.7)."""
+    ins = inputs_of(case)
+    mask, lp = ins.get("mask"), ins.get("logprobs")
+    if not isinstance(mask, list) or not isinstance(lp, list):
+        return False
+    for other in ("old_logprobs", "ref_logprobs"):
+        o = ins.get(other)
+        if not isinstance(o, list):
+            continue
+        for r1, r2, mrow in zip(lp, o, mask):
+            if not isinstance(r1, list) or not isinstance(r2, list):
+                continue
+            if any(m and abs(_real(a) - _real(b)) >= 20 for a, b, m in zip(r1, r2, mrow)):
+                return True
+    return False
+
+
+def prompt_mean_over_groups(case: dict) -> bool:
+    """The parameter ``aggregation`` is ``prompt_mean`` and more than one prompt group (value of
+    ``group_ids``) holds an unmasked token (with one such group the prompt mean is the pooled token
+    mean)."""
+    from .declarations import resolved_params
+
+    if resolved_params(case).get("aggregation") != "prompt_mean":
+        return False
+    ins = inputs_of(case)
+    g, mask = ins.get("group_ids"), ins.get("mask")
+    if not isinstance(g, list) or not isinstance(mask, list):
+        return False
+    return len({str(x) for x, row in zip(g, mask) if any(row)}) > 1
+
+
+def sampler_logprobs_given(case: dict) -> bool:
+    """The input ``sampler_logprobs`` (the behaviour policy's log-probs) is given."""
+    return isinstance(inputs_of(case).get("sampler_logprobs"), list)
+
+
+def some_row_empty(case: dict) -> bool:
+    """Some sequence (row of ``mask``) has no unmasked token; an all-masked batch counts too (unlike
+    ``empty_row``)."""
+    mask = _mask(case)
+    return bool(mask) and any(not any(row) for row in mask)
+
+
+def group_sizes_differ(case: dict) -> bool:
+    """The prompt groups (values of ``group_ids``) do not all hold the same number of sequences
+    (whether a group's rows are contiguous is not considered; ``unequal_groups`` also counts that)."""
+    sizes = _groups(case)
+    return bool(sizes) and len(set(sizes.values())) > 1
+
+
+def c_max_at_most_one(case: dict) -> bool:
+    """The parameter ``c_max`` (``is_c_max`` of a loss recipe) is a number <= 1: a ratio band whose
+    upper bound does not exceed 1."""
+    from .declarations import resolved_params
+
+    p = resolved_params(case)
+    for name in ("c_max", "is_c_max"):
+        v = p.get(name)
+        if v is not None and not isinstance(v, bool) and _real(v) <= 1:
+            return True
+    return False
+
+
+def zero_std_group(case: dict) -> bool:
+    """Some prompt group (value of ``group_ids``) has all its ``rewards`` equal (a group of one
+    included), so that group's standard deviation is 0."""
+    ins = inputs_of(case)
+    g, r = ins.get("group_ids"), ins.get("rewards")
+    if not isinstance(g, list) or not isinstance(r, list):
+        return False
+    by: dict = {}
+    for x, v in zip(g, r):
+        by.setdefault(str(x), []).append(_real(v))
+    return any(len(set(vs)) == 1 for vs in by.values())
+
+
 def zero_logprob(case: dict) -> bool:
     """Some unmasked ``logprobs`` entry is 0 or positive (probability 1): a framework fed through
     logits cannot carry the gradient of such a log-prob back through a two-class softmax."""

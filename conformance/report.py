@@ -12,7 +12,7 @@ import math
 
 from .runner import OUTCOMES
 from .verdicts import cell_text as verdict_text
-from .verdicts import formula_verdicts, ratio_text
+from .verdicts import formula_verdicts, ratio_text, validation_text
 
 
 def matrix(summary, dtypes):
@@ -184,13 +184,14 @@ def to_markdown(summary, adapter, device, dtypes) -> str:
         "Verdicts as spec/verdicts.md defines them, over all dtypes and the property checks of the formula; "
         "worst: the largest error ratio (error / bound; below 1 passes) of the compared cases.",
         "",
-        "| formula | verdict | pass | bug | convention | not applicable | worst |",
-        "|---|---|---|---|---|---|---|",
+        "| formula | verdict | pass | bug | convention | not applicable | worst | expected errors |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for fid, v in verdicts.items():
         c = v["counts"]
         lines.append(f"| `{fid}` | {verdict_text(v)} | {c.get('pass', 0)} | {c.get('bug', 0)} | "
-                     f"{c.get('convention', 0)} | {c.get('not-applicable', 0)} | {ratio_text(v['worst_ratio'])} |")
+                     f"{c.get('convention', 0)} | {c.get('not-applicable', 0)} | {ratio_text(v['worst_ratio'])} | "
+                     f"{validation_text(v)} |")
     lines.append("")
     lines += _declaration_tables(summary, adapter)
     lines += ["## Counts per family and dtype", "",

@@ -217,7 +217,35 @@ def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
         result.declaration = outside.summary()
         return result
     rule = decl.rule_for(case["id"], case["formula"], dtype, case)
+    if case.get("expect_error"):
+        return classify(_expect_rejection(adapter, case, dtype, device, result), rule)
     return classify(_compare_case(adapter, case, dtype, device, result), rule)
+
+
+def _expect_rejection(adapter, case, dtype, device, result) -> CaseResult:
+    """An expected-error case (spec/golden-format.md): the adapter passes by raising (any exception);
+    returning outputs is a ``fail`` that quotes the rule the input breaks."""
+    want = case["expect_error"]
+    rule = f"{want['argument']}: {want['rule']}"
+    try:
+        tensors = to_tensors(case["formula"], case_inputs(case), dtype, device)
+    except Exception as e:  # noqa: BLE001 - e.g. a ragged row: no tensor can hold it
+        result.outcome = "not-applicable"
+        result.message = (f"the case's inputs cannot be given as {dtype} tensors ({type(e).__name__}); its rule "
+                          f"({rule}) concerns implementations that take nested lists")
+        return result
+    try:
+        out = adapter.call(case["formula"], tensors, adapter_params(case["formula"], case["params"]))
+    except Exception as e:  # noqa: BLE001 - any rejection counts
+        first = (str(e).strip().splitlines() or [""])[0]
+        result.outcome = "pass"
+        result.message = f"rejected, as the spec requires ({rule}): {type(e).__name__}: {first}"[:500]
+        return result
+    result.outcome = "fail"
+    names = ", ".join(sorted(out)) if isinstance(out, dict) else type(out).__name__
+    result.message = (f"the spec rejects this input ({rule}; the reference says: {want['message']}), but the "
+                      f"adapter returned outputs ({names})")
+    return result
 
 
 def declarations_of(adapter):
@@ -286,8 +314,8 @@ def classify(result: CaseResult, rule) -> CaseResult:
     """Apply the matching rule (spec/verdicts.md, step 5): a ``fail`` that a ``mismatch`` rule
     declares, or an ``error`` that an ``error`` rule declares, takes the rule's kind; anything else
     keeps its outcome (a passing case records the rule, for the stale check at the end of a run)."""
-    if rule is None:
-        return result
+    if rule is None or result.outcome in ("unsupported", "not-applicable"):
+        return result   # nothing ran: the rule neither explains it nor goes stale by it
     result.declaration = rule.summary()
     expected = {"mismatch": "fail", "error": "error"}[rule.expect]
     if result.outcome == expected:

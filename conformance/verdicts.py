@@ -23,7 +23,12 @@ def formula_verdicts(results: list[dict]) -> dict:
     """{formula: {"verdict", "counts", "worst_ratio", "reason", "rules"}} over the result rows."""
     out: dict = {}
     for r in results:
-        v = out.setdefault(r["formula"], {"counts": {}, "worst_ratio": None, "reason": "", "rules": {}})
+        v = out.setdefault(r["formula"], {"counts": {}, "worst_ratio": None, "reason": "", "rules": {}, "validation": {}})
+        if r.get("category") == "error" and r["outcome"] not in ("fail", "error", "stale-deviation"):
+            # expected-error cases: whether the implementation rejects what the spec rejects is shown
+            # apart, so that a framework that does not validate (a declared rule) keeps its numeric verdict
+            v["validation"][r["outcome"]] = v["validation"].get(r["outcome"], 0) + 1
+            continue
         v["counts"][r["outcome"]] = v["counts"].get(r["outcome"], 0) + 1
         ratio = _ratio(r)
         if ratio is not None and r["outcome"] in COMPARED:
@@ -37,7 +42,7 @@ def formula_verdicts(results: list[dict]) -> dict:
         if r["outcome"] in ("unsupported", "not-applicable") and not v["reason"]:
             v["reason"] = r.get("message", "")
     for v in out.values():
-        v["verdict"] = next(VERDICT_NAME.get(k, k) for k in PRECEDENCE if v["counts"].get(k))
+        v["verdict"] = next((VERDICT_NAME.get(k, k) for k in PRECEDENCE if v["counts"].get(k)), "not-applicable")
         v["rules"] = sorted(v["rules"].values(), key=lambda x: (-x["cases"], x["declaration"]))
         if v["verdict"] not in ("unsupported", "not-applicable"):
             v["reason"] = ""
@@ -48,6 +53,17 @@ def ratio_text(x) -> str:
     if x is None:
         return ""
     return "inf" if not math.isfinite(x) else f"{x:.2g}"
+
+
+def validation_text(v: dict) -> str:
+    """How the expected-error cases of a formula went: 'rejects 9 of 9', 'accepts 9 of 9 (declared)'."""
+    c = v.get("validation") or {}
+    total = sum(c.values()) - c.get("not-applicable", 0) - c.get("unsupported", 0)
+    if not total:
+        return "-"
+    declared = c.get("bug", 0) + c.get("convention", 0)
+    text = f"rejects {c.get('pass', 0)} of {total}"
+    return text + (f", {declared} accepted (declared)" if declared else "")
 
 
 def cell_text(v: dict) -> str:

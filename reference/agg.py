@@ -307,7 +307,7 @@ COUNT_EMPTY_SEQ_DOC = ("whether sequences with no unmasked token count in the lo
     differentiable=("values",),
     grad_of="value",
     references=(
-        DAPO + " (token-level loss; at group scope see agg.prompt_mean)",
+        SCALERL + ": \"token average\" (DAPO Eq. 8 is agg.prompt_mean, not this formula)",
         "verl 0.9.1 verl/trainer/ppo/core_algos.py agg_loss loss_agg_mode='token-mean' (batch_num_tokens)",
         "trl 1.16.0 GRPOTrainer._compute_loss loss_type='dapo' (num_items_in_batch) and 'bnpo' (local)",
         "NeMo-RL nemo_rl/algorithms/loss/loss_functions.py ClippedPGLossFn token_level_loss=True (global_valid_toks + 1e-8)",

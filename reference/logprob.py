@@ -62,9 +62,13 @@ def softcap_value(x, c):
     if c is None:
         return x
     u = value_of(x) / c
-    y = c * mp.tanh(u)
+    t = mp.tanh(u)
+    y = c * t
     if isinstance(x, Var):
-        return Var(y, ((x, 1 / mp.cosh(u) ** 2),))
+        sech2 = 1 / mp.cosh(u) ** 2
+        # the derivative as usually computed (autograd through torch.tanh) is 1 - t^2 from the rounded
+        # t: an absolute error of about 2 t^2 + 2 |1 - t^2| units of u, all of it once tanh saturates
+        return Var(y, ((x, sech2),), dscale=(2 * t * t + 2 * sech2,))
     return y
 
 
@@ -108,7 +112,14 @@ def log_softmax_at(row, target, temperature=1, logit_scale=1, softcap=None):
     """
     zs = transform_logits(row, temperature, logit_scale, softcap)
     _, diffs, s = _shifted(zs)
-    return diffs[target] - log1p(s)
+    if not is_var(s):
+        return diffs[target] - log1p(s)
+    # As usually written (log_softmax: the log of the rounded normalizer 1 + s >= 1) this log errs by
+    # about one unit absolute, not relative to its possibly tiny value; its derivative 1 / (1 + s)
+    # by about two units relative (stated, so the absolute rounding does not enter the gradient's).
+    sv = value_of(s)
+    tail = Var(mp.log1p(sv), ((s, 1 / (1 + sv)),), rounding=mp.log1p(sv) + 1, dscale=(2 / (1 + sv),))
+    return diffs[target] - tail
 
 
 def entropy_of(row, temperature=1, logit_scale=1, softcap=None):

@@ -29,7 +29,7 @@ def clamp_log_ratio(d, c):
     references=(
         PPO,
         "verl 0.9.1 verl/trainer/ppo/core_algos.py compute_policy_loss_vanilla: clamp(-20, 20)",
-        "liger-kernel 0.8.5 log_ratio_clamp_value=20",
+        "Liger-Kernel fork PR #4 (MotifTechnologies/Liger-Kernel; not in liger-kernel 0.8.5, which has no clamp): log_ratio_clamp_value=20",
     ),
 )
 def token_ratio(logprobs, old_logprobs, mask, *, log_ratio_clamp):

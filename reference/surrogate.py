@@ -165,10 +165,16 @@ def sapo_gate(log_r, tau):
         x = tau * mp.expm1(z)
         p, q = _sigmoid(x), _sigmoid(-x)
         value = 4 * p / tau
-        slope = 4 * p * q * mp.exp(z)
-    value, slope = +value, +slope  # round to the working precision
+        r = mp.exp(z)
+        slope = 4 * p * q * r
+        # The derivative as usually computed (autograd through torch.sigmoid) is 4 s (1 - s) r with s
+        # the rounded sigmoid: 1 - s then carries an absolute error of about u p, which dominates
+        # once the gate saturates (q = 1 - p < u).  First-order error, in units of u:
+        # 4 r p (1 + q (D + 4)), D = tau (r + |r - 1|) + |x| the error of x = tau (r - 1).
+        dscale = 4 * r * p * (1 + q * (tau * (r + abs(r - 1)) + abs(x) + 4))
+    value, slope, dscale = +value, +slope, +dscale  # round to the working precision
     if isinstance(log_r, Var):
-        return Var(value, ((log_r, slope),))
+        return Var(value, ((log_r, slope),), dscale=(dscale,))
     return value
 
 
@@ -201,7 +207,8 @@ def vespo_phi(log_w, a, *, k_pos, lambda_pos, k_neg, lambda_neg, lambda_min):
         # one node: its error as usually written is |phi| (1 + |k log w| + |lambda w|) (the
         # exponent's terms are each rounded), and the error of log w propagates through slope
         w = mp.exp(z)
-        return Var(phi, ((log_w, slope),), rounding=abs(phi) * (1 + abs(k * z) + abs(lam * w)))
+        # (written w^k e^{lambda (1 - w)} it also carries w's rounding k times: the k term)
+        return Var(phi, ((log_w, slope),), rounding=abs(phi) * (1 + abs(k * z) + abs(k) + 2 * abs(lam * w)))
     return phi
 
 

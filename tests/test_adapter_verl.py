@@ -35,13 +35,13 @@ def test_corpus_has_no_fail_error_or_stale_deviation(adapter, dtype):
 def test_declared_bug_reproduces(adapter):
     # GSPO: a -inf old log-prob at a masked position makes verl's loss NaN (deviations.toml, kind "bug")
     r = run_case(adapter, load_case("surrogate.gspo/masked-nan-inf"), "float64", "cpu")
-    assert r.outcome == "deviation", r.message
-    assert r.deviation["kind"] == "bug"
+    assert r.outcome == "bug", r.message
+    assert r.declaration["kind"] == "bug"
 
 
 def test_icepop_all_rejected_crash_reproduces(adapter):
     r = run_case(adapter, load_case("is.sequence.mask/log-ratio-20"), "float64", "cpu")
-    assert r.outcome == "deviation"
+    assert r.outcome == "bug"  # a rule with expect = "error"
     assert "ZeroDivisionError" in r.message
 
 
@@ -84,5 +84,5 @@ def test_loss_recipe_goes_through_ppo_loss(adapter):
 def test_loss_empty_row_convention_reproduces(adapter):
     # verl's trainer passes global_batch_size = every row (empty ones too) to agg_loss (kind "convention")
     r = run_case(adapter, load_case("loss.grpo/empty-sequence"), "float64", "cpu")
-    assert r.outcome == "deviation", r.message
-    assert r.deviation["kind"] == "convention"
+    assert r.outcome == "convention", r.message
+    assert r.declaration["kind"] == "convention"

@@ -38,8 +38,11 @@ def adapter(impls, text=""):
     return Adapter("t", "test", "0", implementations=impls, deviations=decl(text))
 
 
-def run(a, formulas, dtype="float64"):
-    results = [runner.run_case(a, c, dtype, "cpu") for c in runner.select_cases(formulas)]
+def run(a, formulas, dtype="float64", errors=False):
+    """The cases of ``formulas`` (expected-error cases only with ``errors``, or when named)."""
+    cases = [c for c in runner.select_cases(formulas)
+             if errors or c["category"] != "error" or "/error-" in formulas]
+    results = [runner.run_case(a, c, dtype, "cpu") for c in cases]
     return runner.RunSummary(results).finalize()
 
 
@@ -266,3 +269,34 @@ def test_matrix_is_per_formula(tmp_path):
     data = matrix.verdicts_json([rep])
     assert data["formulas"]["kl.k1"]["torch"]["verdict"] == "pass"
     sys.modules.pop("broken_adapters", None)
+
+
+def test_expected_error_cases_pass_by_raising_and_fail_by_returning():
+    from pgspec.adapters.torch import implementations
+
+    impl = implementations()["kl.k3"]
+    raw = next(c for c in runner.select_cases("kl.k3") if c["id"] == "kl.k3/error-output-min-above-output-max")
+    assert raw["category"] == "error" and raw["expect_error"]["argument"] == "output_min"
+    strict = run(adapter({"kl.k3": impl}), "kl.k3/error-*")
+    assert {r.outcome for r in strict.results} <= {"pass", "not-applicable"}
+
+    import torch
+
+    def lax(inputs, params):   # computes whatever it is given
+        return {"kl": torch.zeros_like(inputs["logprobs"])}
+
+    loose = run(adapter({"kl.k3": lax}), "kl.k3/error-*")
+    fails = [r for r in loose.results if r.outcome == "fail"]
+    assert fails and all("the spec rejects this input" in r.message for r in fails)
+    one = next(r for r in fails if r.case_id == "kl.k3/error-output-min-above-output-max")
+    assert "output_min: must be less than output_max" in one.message
+    declared = run(adapter({"kl.k3": lax}, f"""
+[[rule]]
+ids = ["kl.k3/error-*"]
+kind = "convention"
+reason = "the loss function does not validate its configuration; the trainer's config does"
+link = "{LINK}"
+"""), "kl.k3", errors=True)
+    v = formula_verdicts([r.to_json() for r in declared.results])["kl.k3"]
+    assert declared.exit_code() == 1    # the numeric cases of lax fail: the rule does not hide them
+    assert v["validation"].get("convention") and "convention" not in v["counts"]

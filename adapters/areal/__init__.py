@@ -24,9 +24,9 @@ hands exactly 1 to every unmasked token, which is the spec's gradient of the sum
 per-token losses.  ``surrogate.gspo`` (one loss per sequence) calls AReaL once per row: the token
 mean of a row whose every token carries the sequence loss is that loss.
 
-Functions without a mask argument (``KLEstimator``, ``Normalization``) get padding filled with 0,
-as AReaL's padded batches have it; functions with ``loss_mask`` get the canonical inputs as they
-are (NaN/inf at masked positions included), so their masking is what is tested.
+``KLEstimator`` (no mask argument) gets the log-probs multiplied by the mask, as AReaL's actor does
+before calling it (``old_logp *= loss_mask``); functions with ``loss_mask`` get the canonical inputs as
+they are (NaN/inf at masked positions included), so their masking is what is tested.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import math
 from pathlib import Path
 
 from ..base import Adapter, load_deviations
+from pgspec.conformance.properties import Unsupported as _PropertyUnsupported
 
 FRAMEWORK = "AReaL"
 DIST_NAME = "areal"
@@ -99,8 +100,10 @@ PARAM_MAP = {
 }
 
 
-class AReaLUnsupported(NotImplementedError):
-    """A parameter value or input that AReaL 1.0.4 cannot express."""
+class AReaLUnsupported(_PropertyUnsupported, NotImplementedError):
+    """A parameter value or input that AReaL 1.0.4 cannot express.  The declared capabilities
+    (deviations.toml) keep golden cases outside them from reaching the adapter; a property example
+    outside them raises this, which the property runner reports as ``unsupported``."""
 
 
 def _unsupported(fid, why):
@@ -252,10 +255,10 @@ def surrogate_sapo(inputs, params):
 
 # ------------------------------------------------------------------------------------------- kl
 
-def _fill(x, mask):
-    import torch
-
-    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+def _masked(x, mask):
+    """AReaL's own preprocessing before KLEstimator: ``old_logp *= loss_mask``, ``ref_logp *= loss_mask``
+    (trainer/ppo/actor.py#L195-L196), a product, so NaN/inf at a masked position stays NaN."""
+    return x * mask.to(x.dtype)
 
 
 def _kl(fid):
@@ -274,7 +277,7 @@ def _kl(fid):
             _unsupported(fid, f"output clamp [{lo}, {hi}]: KLEstimator's apply_clamp is [-10, 10] or none")
         m = inputs["mask"]
         # AReaL: log_probs - log_probs_base = l - l_ref = -x
-        kl = KLEstimator(estimator, apply_clamp=clamp)(_fill(inputs["logprobs"], m), _fill(inputs["ref_logprobs"], m))
+        kl = KLEstimator(estimator, apply_clamp=clamp)(_masked(inputs["logprobs"], m), _masked(inputs["ref_logprobs"], m))
         return {"kl": kl}
 
     run.__name__ = fid.replace(".", "_")
@@ -387,24 +390,12 @@ def is_reject(inputs, params):
 
 # ------------------------------------------------------------------------------------------ adv
 
-def _group_layout(fid, group_ids):
-    """Rows reordered into contiguous groups of one size n (AReaL's ``group_size``), in order of
-    first appearance.  One group smaller than n may remain: it goes last, where AReaL's loop over
-    ``bs // group_size`` full groups leaves it (its "incomplete trailing group")."""
-    ids = [int(g) for g in group_ids.tolist()]
+def _groups(group_ids):
+    """{group id: [row, ...]} in order of first appearance."""
     rows: dict[int, list[int]] = {}
-    for k, g in enumerate(ids):
+    for k, g in enumerate(int(g) for g in group_ids.tolist()):
         rows.setdefault(g, []).append(k)
-    if not rows:
-        return [], 1
-    n = max(len(r) for r in rows.values())
-    short = [g for g, r in rows.items() if len(r) < n]
-    if len(short) > 1:
-        sizes = sorted(len(r) for r in rows.values())
-        _unsupported(fid, f"group sizes {sizes}: AReaL's NormConfig.group_size fixes one group size "
-                          "(at most one shorter group, as the incomplete trailing group)")
-    perm = [k for g, r in rows.items() if len(r) == n for k in r] + [k for g in short for k in rows[g]]
-    return perm, n
+    return rows
 
 
 def _adv(fid):
@@ -425,16 +416,30 @@ def _adv(fid):
         rewards = inputs["rewards"]
         if rewards.dtype in (torch.bfloat16, torch.float16):
             rewards = rewards.float()  # AReaL keeps rewards in float32
-        perm, n = _group_layout(fid, inputs["group_ids"])
         std_level = {"adv.group_normalized": "group", "adv.batch_normalized": "batch", "adv.group_centered": None}[fid]
-        kw = dict(mean_level="group", std_level=std_level, group_size=n)
-        if std_level is not None:
-            kw.update(std_unbiased=unbiased, eps=eps)
-        norm = Normalization(NormConfig(**kw))
-        idx = torch.tensor(perm, dtype=torch.long, device=rewards.device)
-        a = norm(rewards[idx])
-        out = torch.empty_like(a)
-        out[idx] = a
+
+        def normalize(rows, n):
+            """AReaL's Normalization of these rows, laid out as contiguous groups of n."""
+            kw = dict(mean_level="group", std_level=std_level, group_size=n)
+            if std_level is not None:
+                kw.update(std_unbiased=unbiased, eps=eps)
+            idx = torch.tensor(rows, dtype=torch.long, device=rewards.device)
+            out[idx] = Normalization(NormConfig(**kw))(rewards[idx])
+
+        groups = _groups(inputs["group_ids"])
+        out = torch.empty(rewards.shape, dtype=torch.float32, device=rewards.device)  # Normalization returns .float()
+        sizes = sorted({len(r) for r in groups.values()})
+        if len(sizes) <= 1:
+            # one group size n: the batch as AReaL's rollout lays it out (n answers per prompt)
+            normalize([k for r in groups.values() for k in r], sizes[0] if sizes else 1)
+        elif std_level == "batch":
+            # the batch std couples the groups, and AReaL's batches hold one group size
+            _unsupported(fid, f"group sizes {sizes}: AReaL's NormConfig.group_size fixes one group size")
+        else:
+            # group-level statistics: each group is normalized on its own, exactly as AReaL normalizes a
+            # batch of groups of that size (a batch of mixed sizes never reaches Normalization)
+            for rows in groups.values():
+                normalize(rows, len(rows))
         return {"advantages": out}
 
     run.__name__ = fid.replace(".", "_")
@@ -451,7 +456,11 @@ def _loss(fid):
         if _param(params, fid, "beta") != 0:
             _unsupported(fid, "beta != 0: AReaL's KL enters the reward, not the actor loss")
         if fid == "loss.dapo" and _param(params, fid, "aggregation") != "token_mean":
-            _unsupported(fid, "aggregation 'prompt_mean': ppo_actor_loss_fn is a batch token mean")
+            # with one prompt group holding tokens the prompt mean is the batch token mean
+            g = inputs.get("group_ids")
+            if g is None or len(set(g[inputs["mask"].any(-1)].tolist())) > 1:
+                _unsupported(fid, "aggregation 'prompt_mean' over several prompt groups: ppo_actor_loss_fn is a "
+                                  "batch token mean")
         lp, old, m = _compute(inputs["logprobs"]), _compute(inputs["old_logprobs"]), inputs["mask"]
         is_level = _param(params, fid, "is_level")
         rs, behave = None, old

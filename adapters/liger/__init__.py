@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import base
-from ..base import Adapter, Deviation
+from ..base import Adapter
 
 FRAMEWORK = "Liger-Kernel"
 DISTRIBUTION = "liger-kernel"
@@ -39,9 +39,17 @@ def framework_version() -> str | None:
         return None
 
 
-def load_deviations(path: Path, path_name: str) -> list[Deviation]:
-    """deviations.toml entries of one code path (key ``paths``: chunked (default), fused, triton)."""
-    return base.load_deviations(path, keep=lambda entry: path_name in entry.get("paths", ["chunked"]))
+def load_deviations(path: Path, rules: bool = True):
+    """The declarations file (spec/verdicts.md), shared by the code paths: its capabilities are Liger's
+    configuration space; its rules describe the loss math of ``ppo_loss_fn`` (the chunked path that CI
+    runs, and the fused path, which calls the same function).  The Triton kernel is other code, so it
+    takes the unsupported formulas and capabilities only (``rules=False``)."""
+    decl = base.load_deviations(path)
+    if not rules:
+        from pgspec.conformance.declarations import Declarations
+
+        decl = Declarations(decl.path, list(decl.unsupported), list(decl.capabilities), [])
+    return decl
 
 
 @dataclass
@@ -80,7 +88,7 @@ def make_adapter() -> Adapter:
     return LigerAdapter(
         name="liger", framework=FRAMEWORK, version=_version(), devices=("cpu", "cuda"),
         dtypes=("float64", "float32", "bfloat16"), implementations=dict(chunked.IMPLEMENTATIONS),
-        param_map=_param_map(chunked.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS, "chunked"))
+        param_map=_param_map(chunked.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS))
 
 
 def make_fused_adapter() -> Adapter:
@@ -90,7 +98,7 @@ def make_fused_adapter() -> Adapter:
     return LigerAdapter(
         name="liger-fused", framework=FRAMEWORK, version=_version(), devices=("cpu", "cuda"),
         dtypes=("float64", "float32", "bfloat16"), implementations=dict(fused.IMPLEMENTATIONS),
-        param_map=_param_map(fused.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS, "fused"))
+        param_map=_param_map(fused.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS))
 
 
 def make_triton_adapter() -> Adapter:
@@ -100,5 +108,5 @@ def make_triton_adapter() -> Adapter:
     return LigerAdapter(
         name="liger-triton", framework=FRAMEWORK, version=_version(), devices=("cpu", "cuda"),
         dtypes=("float32", "bfloat16"), implementations=dict(triton_path.IMPLEMENTATIONS),
-        param_map=_param_map(triton_path.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS, "triton"),
+        param_map=_param_map(triton_path.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS, rules=False),
         needs_triton=True)

@@ -50,9 +50,21 @@ def vespo_is_ratio(inputs):
     return torch.exp(torch.where(m, d, torch.zeros_like(d)))
 
 
+def validate(cfg):
+    """Liger's own argument checks: ``LigerFusedLinearGRPOLoss.__init__`` (the module a user builds; this
+    path calls the loss function beneath it) rejects non-positive SAPO temperatures and delta."""
+    from liger_kernel.chunked_loss.grpo_loss import LigerFusedLinearGRPOLoss
+
+    names = ("beta", "epsilon_low", "epsilon_high", "loss_type", "max_completion_length", "importance_sampling_level",
+             "sapo_temperature_pos", "sapo_temperature_neg", "use_bias_correction_kl", "vespo_k_pos",
+             "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+    LigerFusedLinearGRPOLoss(compiled=False, **{k: cfg[k] for k in names if k in cfg})
+
+
 def prepare(formula_id, inputs, params):
     """(cfg, call kwargs) for one loss.* case."""
     cfg = liger_config(formula_id, params, inputs)
+    validate(cfg)
     m = inputs["mask"]
     kw = {"old": inputs["old_logprobs"], "advantages": inputs["advantages"]}
     if cfg["beta"] != 0:

@@ -9,11 +9,14 @@ the parameter value Liger has no counterpart for.
 
 from __future__ import annotations
 
+from pgspec.conformance.properties import Unsupported as _PropertyUnsupported
 from pgspec.reference import REGISTRY
 
 
-class Unsupported(ValueError):
-    """A spec parameter value (or input) that Liger 0.8.5 has no counterpart for."""
+class Unsupported(_PropertyUnsupported, ValueError):
+    """A spec parameter value (or input) that Liger 0.8.5 has no counterpart for.  The declared
+    capabilities (deviations.toml) keep golden cases outside them from reaching the adapter; a property
+    example outside them raises this, which the property runner reports as ``unsupported``."""
 
 
 # formula ID -> (Liger loss_type, Liger importance_sampling_level); None: taken from a parameter

@@ -114,8 +114,35 @@ PARAM_MAP = {
 }
 
 
-class UnsupportedParameter(NotImplementedError):
-    """A parameter value OpenRLHF cannot express."""
+try:  # a property example outside OpenRLHF's domain is then reported "unsupported", not an error
+    from pgspec.conformance.properties import Unsupported as _Unsupported
+except ImportError:  # pragma: no cover - the conformance package is always installed with pgspec
+    _Unsupported = Exception
+
+
+class UnsupportedParameter(_Unsupported, NotImplementedError):
+    """A parameter value OpenRLHF cannot express.
+
+    Golden cases outside OpenRLHF's domain are declared not-applicable (deviations.toml,
+    [[capability]]) and never reach the adapter; the property checks build their own examples, and
+    for those this exception (a ``properties.Unsupported``) reports the row as unsupported."""
+
+
+def _in_float32(fn):
+    """bfloat16 runs store the inputs in bfloat16 and compute in float32 (spec/tolerance.md), as
+    OpenRLHF's trainer does: the actor casts its logits to float32 before taking log-probs
+    (models/actor.py L267 at 0.11.2), so PolicyLoss, compute_approx_kl and aggregate_loss receive
+    float32 tensors under bf16 training.  The cast is differentiable."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(inputs, params):
+        import torch
+
+        cast = {k: (v.float() if torch.is_tensor(v) and v.dtype == torch.bfloat16 else v) for k, v in inputs.items()}
+        return fn(cast, params)
+
+    return run
 
 
 def framework_version():
@@ -422,7 +449,7 @@ def make_adapter() -> Adapter:
         version=version or "not installed",
         devices=("cpu", "cuda"),
         dtypes=("float64", "float32", "bfloat16"),
-        implementations=dict(IMPLEMENTATIONS),
+        implementations={fid: _in_float32(fn) for fid, fn in IMPLEMENTATIONS.items()},
         param_map={fid: {k: v for k, v in m.items() if k} for fid, m in PARAM_MAP.items()},
         deviations=load_deviations(Path(__file__).with_name("deviations.toml")),
     )

@@ -108,8 +108,18 @@ PARAM_MAP = {
 }
 
 
-class UnsupportedParameter(NotImplementedError):
-    """A parameter value skyrl-train cannot express."""
+try:  # a property example outside SkyRL's domain is then reported "unsupported", not an error
+    from pgspec.conformance.properties import Unsupported as _Unsupported
+except ImportError:  # pragma: no cover - the conformance package is always installed with pgspec
+    _Unsupported = Exception
+
+
+class UnsupportedParameter(_Unsupported, NotImplementedError):
+    """A parameter value skyrl-train cannot express.
+
+    Golden cases outside SkyRL's domain are declared not-applicable (deviations.toml, [[capability]])
+    and never reach the adapter; the property checks build their own examples, and for those this
+    exception (a ``properties.Unsupported``) reports the row as unsupported."""
 
 
 def framework_version():
@@ -330,7 +340,7 @@ def agg_sample_mean(inputs, params):
     fid = "agg.sample_mean"
     _no_param(params, fid, "num_sequences")
     _no_param(params, fid, "sequence_token_counts")
-    _fixed(params, fid, "count_empty_sequences", True)
+    # count_empty_sequences: always true in SkyRL (see agg_constant)
     _fixed(params, fid, "eps_length", 0)
     _fixed(params, fid, "eps_count", 0)
     values = inputs["values"]
@@ -341,7 +351,8 @@ def agg_constant(inputs, params):
     fid = "agg.constant"
     _only(params, fid, "divide_by", "K*N")
     _no_param(params, fid, "num_sequences")
-    _fixed(params, fid, "count_empty_sequences", True)
+    # count_empty_sequences: SkyRL's batch mean always counts every row; a case asking for false runs
+    # as SkyRL does, and deviations.toml declares the difference where a row is empty
     divisor = params.get("divisor")
     if divisor is None:
         raise UnsupportedParameter("agg.constant needs a divisor (SkyRL's max_seq_len)")
@@ -372,13 +383,13 @@ def adv_group_normalized(inputs, params):
     fid = "adv.group_normalized"
     _only(params, fid, "std", "bessel")
     _only(params, fid, "eps_placement", "std")
-    _only(params, fid, "singleton", "mean0_std1")
+    # singleton: SkyRL always gives a group of one mean 0 and std 1 ("mean0_std1"); a case asking for
+    # "zero" runs as SkyRL does, and deviations.toml declares the difference where a singleton exists
     return _grpo(inputs, _param(params, fid, "eps"), True)
 
 
 def adv_group_centered(inputs, params):
-    fid = "adv.group_centered"
-    _only(params, fid, "singleton", "mean0_std1")
+    # singleton: always "mean0_std1" in SkyRL (see adv_group_normalized)
     return _grpo(inputs, 1e-6, False)
 
 

@@ -3,7 +3,8 @@
 It is the default backend of ``pgspec run``, the float64 oracle for large-scale checks and the
 CUDA reference for kernels.  Masked positions are handled with ``torch.where`` (never by
 multiplying by zero), gradients come from autograd with ``.detach()`` exactly where the spec
-writes sg[.].  One module per family; each exposes ``IMPLEMENTATIONS``.
+writes sg[.].  One module per family; each exposes ``IMPLEMENTATIONS``.  Every implementation
+first checks its inputs and parameters (``_validate``): the backend rejects what the spec rejects.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 from pathlib import Path
 
 from ..base import Adapter, load_deviations
+from ._validate import validated
 
 FAMILY_MODULES = ("logprob", "ratio", "surrogate", "is_", "mask", "kl", "agg", "adv", "dist", "loss")
 
@@ -25,7 +27,7 @@ def implementations() -> dict:
             if e.name == f"{__name__}.{name}":
                 continue
             raise
-        impls.update(module.IMPLEMENTATIONS)
+        impls.update({fid: validated(fid, fn) for fid, fn in module.IMPLEMENTATIONS.items()})
     return impls
 
 

@@ -16,8 +16,10 @@ autograd, never recomputed:
 * ``d loss / d importance_sampling_ratio[i, t]`` is the policy term before the IS multiply (used for
   sequence-level losses and for ``sapo``).
 
-Masked positions are zero-filled before the call, as TRL's own pipeline does (its fused LM head writes 0
-at padded positions and vLLM sampling log-probs are padded with 0), so garbage there cannot reach TRL.
+Masked positions reach TRL as the case gives them (NaN/inf included): TRL multiplies by the completion
+mask rather than selecting, so whether a masked position can contaminate the result is part of what is
+tested (spec/verdicts.md: always a bug).  Only the log-prob kernel selects the unmasked positions, as TRL's
+fused LM head scores only positions with a label.
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ import types
 from collections import defaultdict
 
 
-class UnsupportedParameter(NotImplementedError):
-    """A spec parameter value that TRL 1.16.0 has no configuration for."""
+from pgspec.conformance.properties import Unsupported
+
+
+class UnsupportedParameter(Unsupported, NotImplementedError):
+    """A spec parameter value (or input form) that TRL 1.16.0 has no configuration for.  The declared
+    capabilities (deviations.toml) keep golden cases outside them from reaching the adapter; a property
+    example outside them raises this, which the property runner reports as ``unsupported``."""
 
 
 def _accelerator(device):
@@ -73,12 +80,6 @@ def make_stub(*, loss_type, level="token", eps_low=0.2, eps_high=0.2, delta=None
     self.model = types.SimpleNamespace(training=True)
     self.accelerator = _accelerator(torch.device(device))
     return self
-
-
-def zero_fill(x, mask):
-    import torch
-
-    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def compute_loss(stub, *, logprobs, mask, advantages, old_logprobs=None, ref_logprobs=None, sampler_logprobs=None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pgspec.reference import REGISTRY
 
-from ._engine import UnsupportedParameter, compute_loss, make_stub, zero_fill
+from ._engine import UnsupportedParameter, compute_loss, make_stub
 
 # spec parameter -> TRL configuration name, per formula ID (README.md has the same table)
 PARAM_MAP = {
@@ -85,13 +85,14 @@ def _compute_dtype(x):
 
 
 def _canon(inputs, *names):
-    m = inputs["mask"]
-    return [None if inputs.get(n) is None else _compute_dtype(zero_fill(inputs[n], m)) for n in names]
+    """The inputs as TRL's loss receives them: as given at every position (masked ones included: TRL
+    multiplies by the completion mask, so what lies there is part of what is tested), half precision
+    computed in float32."""
+    return [None if inputs.get(n) is None else _compute_dtype(inputs[n]) for n in names]
 
 
 def _adv(inputs):
-    a = inputs["advantages"]
-    return _compute_dtype(a if a.dim() == 1 else zero_fill(a, inputs["mask"]))
+    return _compute_dtype(inputs["advantages"])
 
 
 def _grad(loss, *tensors):

@@ -46,7 +46,8 @@ def _config(fid, params, inputs):
     elif recipe in ("dapo", "cispo"):
         if P("aggregation") == "prompt_mean":
             g = inputs.get("group_ids")
-            if g is not None and bool((g != g[0]).any()):
+            # with one prompt group holding tokens the prompt mean is the pooled token mean
+            if g is not None and len(set(g[inputs["mask"].any(-1)].tolist())) > 1:
                 raise UnsupportedParameter(f"{fid}: aggregation='prompt_mean' over several prompt groups: TRL's dapo "
                                            "normalizer pools the batch (token_mean)")
         if recipe == "cispo":

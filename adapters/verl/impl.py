@@ -29,8 +29,18 @@ TINY = 5e-324  # the smallest positive double: a ratio lower bound that can neve
 INF = float("inf")
 
 
-class ParamUnsupported(NotImplementedError):
-    """The case asks for a parameter value that verl 0.9.1 cannot be configured to."""
+try:  # a property example outside verl's domain is then reported "unsupported", not an error
+    from pgspec.conformance.properties import Unsupported as _Unsupported
+except ImportError:  # pragma: no cover - the conformance package is always installed with pgspec
+    _Unsupported = Exception
+
+
+class ParamUnsupported(_Unsupported, NotImplementedError):
+    """The case asks for a parameter value that verl 0.9.1 cannot be configured to.
+
+    Golden cases outside verl's domain are declared not-applicable (deviations.toml, [[capability]])
+    and never reach the adapter; the property checks build their own examples, and for those this
+    exception (a ``properties.Unsupported``) reports the row as unsupported."""
 
 
 # spec parameter -> verl config name, per formula (documentation and reports; README.md has the table)
@@ -302,8 +312,20 @@ def gmpo(inputs, params):
 
 # ---------------------------------------------------------------- kl.*
 
+# the clamps verl's kl_penalty applies, by estimator: (log_ratio_min, log_ratio_max, output_min, output_max)
+KL_FIXED_CLAMPS = {"k1": (None, None, None, None), "k2": (None, None, None, None), "abs": (None, None, None, None),
+                   "k3": (-20.0, 20.0, -10.0, 10.0), "k3+": (-20.0, 20.0, -10.0, 10.0)}
+
+
 def _kl(name):
+    fid = {"k1": "kl.k1", "k2": "kl.k2", "abs": "kl.abs", "k3": "kl.k3", "k3+": "kl.k3_straight_through"}[name]
+
     def run(inputs, params):
+        for clamp, fixed in zip(("log_ratio_min", "log_ratio_max", "output_min", "output_max"), KL_FIXED_CLAMPS[name]):
+            value = _param(params, fid, clamp)
+            if value is not None and value != fixed:
+                raise ParamUnsupported(f"verl's kl_penalty({name!r}) has {clamp} fixed at "
+                                       f"{'none' if fixed is None else fixed}; {clamp}={value!r} cannot be configured")
         return {"kl": _core().kl_penalty(inputs["logprobs"], inputs["ref_logprobs"], name)}
 
     run.__name__ = f"kl_{name}"

@@ -27,8 +27,7 @@ INF = float("inf")
 TINY = 5e-324
 
 
-class ParamUnsupported(NotImplementedError):
-    """The case asks for a parameter value that verl 0.9.1 cannot be configured to."""
+from .impl import ParamUnsupported  # noqa: E402  (one exception class for the adapter)
 
 
 # recipe -> (verl policy_loss.loss_mode, actor.loss_agg_mode); loss.dapo / loss.cispo take theirs from `aggregation`

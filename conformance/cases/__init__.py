@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 
-CATEGORIES = ("example", "regression", "edge", "random", "scale")
+CATEGORIES = ("example", "regression", "edge", "random", "scale", "error")
 FAMILY_MODULES = ("logprob", "ratio", "surrogate", "is_", "mask", "kl", "agg", "adv", "dist", "loss")
 
 
@@ -54,6 +54,7 @@ class Case:
     inputs: dict | Generated
     params: dict = field(default_factory=dict)
     links: tuple = ()            # issue / source links (required for category "regression")
+    expect_error: dict | None = None   # category "error": {"argument": ..., "rule": ...} (cases/errors.py)
 
     def check(self):
         if not self.id.startswith(self.formula + "/"):
@@ -62,6 +63,8 @@ class Case:
             raise ValueError(f"case {self.id!r}: category must be one of {CATEGORIES}, got {self.category!r}")
         if self.category == "regression" and not self.links:
             raise ValueError(f"case {self.id!r}: a regression case needs a link to its issue")
+        if (self.category == "error") != (self.expect_error is not None):
+            raise ValueError(f"case {self.id!r}: category 'error' and expect_error go together")
         if self.category == "scale" and not isinstance(self.inputs, Generated):
             raise ValueError(f"case {self.id!r}: a scale case takes Generated inputs")
 
@@ -83,7 +86,10 @@ def all_cases() -> list[Case]:
             if e.name == f"{__name__}.{name}":
                 continue
             raise
-        for case in module.cases():
+        from .errors import error_cases
+
+        module_cases = module.cases()
+        for case in module_cases + error_cases(module_cases):
             case.check()
             if case.id in seen:
                 raise ValueError(f"duplicate case ID {case.id!r}")

@@ -203,5 +203,16 @@ def _batch_normalized():
     ] + _common_edges(fid)
 
 
+def _small_batches():
+    """The small-size guards at their edge (mutation testing found them untested)."""
+    fid = "adv.batch_normalized"
+    return [
+        Case(f"{fid}/bessel-two-sequences", fid, "edge",
+             "exactly two sequences, rewards (1, 0), Bessel std: the guard for fewer than two sequences does not "
+             "apply; C = (0.5, -0.5), sigma = sqrt(0.5) = 0.7071067812, A = (0.7071067812, -0.7071067812)",
+             {"rewards": [1.0, 0.0], "group_ids": [0, 0]}, {"std": "bessel"}),
+    ]
+
+
 def cases():
-    return _group_normalized() + _group_centered() + _batch_normalized()
+    return _group_normalized() + _group_centered() + _batch_normalized() + _small_batches()

@@ -312,8 +312,21 @@ def _reject_cases():
     ]
 
 
+def _binding():
+    """Clamps and lower bounds set where they take no effect (pgspec golden coverage)."""
+    out = [Case(f"{fid}/log-ratio-clamp-inactive", fid, "edge",
+                "log_ratio_clamp = 20 on the padded batch (mismatch log-ratios within +-0.5): no effect",
+                PADDED, {"log_ratio_clamp": 20})
+           for fid in TRUNC_IDS + MASK_IDS + ("is.reject",)]
+    out += [Case(f"{fid}/c-min-inactive", fid, "edge",
+                 "c_min = 2^-10 on the padded batch (weights within e^+-0.5): the lower truncation changes nothing",
+                 PADDED, {"c_min": 0.0009765625})
+            for fid in TRUNC_IDS]
+    return out
+
+
 def cases():
-    out = []
+    out = _binding()
     for fid in ("is.token.truncate", "is.token.mask", "is.sequence.truncate", "is.sequence.mask",
                 "is.geometric.truncate", "is.geometric.mask"):
         out += _weight_cases(fid)

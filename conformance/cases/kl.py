@@ -99,9 +99,28 @@ def _shared(fid, inputs_for):
     ]
 
 
+# x = l_ref - l = (-3, 2.5, 0.5, 0.125): beyond both sides of a [-2, 1.5] input clamp, and two small values
+CLAMP_BOTH = {"logprobs": [[0.0, -2.5, -1.0, -0.125]], "ref_logprobs": [[-3.0, 0.0, -0.5, 0.0]], "mask": [[True] * 4]}
+
+
+def _binding(fid, inputs_for):
+    """Cases in which each side of the input clamp and the output floor takes effect on an unmasked
+    token while the other parameters stay off (pgspec golden coverage)."""
+    return [
+        Case(f"{fid}/input-clamp-both-sides", fid, "edge",
+             "x = (-3, 2.5, 0.5, 0.125) with the input clamp [-2, 1.5] and no output clamp: the first two tokens "
+             "are clamped (one per side, no gradient), the others are not",
+             inputs_for(CLAMP_BOTH), {"log_ratio_min": -2, "log_ratio_max": 1.5}),
+        Case(f"{fid}/output-floor", fid, "edge",
+             "x = (-3, 2.5, 0.5, 0.125) with output_min = 0.25 > 0 (so a floor binds even for the non-negative "
+             "estimators): values below 0.25 are raised to it and lose their gradient",
+             inputs_for(CLAMP_BOTH), {"output_min": 0.25}),
+    ]
+
+
 def _estimator_cases(fid):
     no_old = lambda inputs, old=None: inputs  # noqa: E731 - the estimators take no old_logprobs
-    out = _shared(fid, no_old)
+    out = _shared(fid, no_old) + _binding(fid, no_old)
     name = fid.split(".")[1]
     two = {"kl.k1": "k1 = -x = (0.5, -1), gradient 1",
            "kl.k2": "k2 = x^2/2 = (0.125, 0.5), gradient -x = (0.5, -1)",
@@ -176,7 +195,7 @@ def _estimator_cases(fid):
 
 def _unbiased_cases():
     fid = "kl.k3_unbiased"
-    out = _shared(fid, with_old)
+    out = _shared(fid, with_old) + _binding(fid, with_old)
     old_two = [[-1.25, -2.0]]
     out += [
         Case(f"{fid}/deepseek-v32-two-tokens", fid, "example",

@@ -143,5 +143,13 @@ def _cases_for(fid):
     ]
 
 
+def _temperature_two(fid):
+    """Temperature 2, a binary fraction other than 1: the division must happen (mutation testing
+    found an implementation that skips it at 2 untested)."""
+    return [Case(f"{fid}/temperature-2", fid, "edge",
+                 "the padded batch at temperature 2: every logit halved before the log-softmax",
+                 _inputs(fid, {"logits": LOGITS, "targets": TARGETS, "mask": MASK}), {"temperature": 2})]
+
+
 def cases():
-    return [c for fid in IDS for c in _cases_for(fid)]
+    return [c for fid in IDS for c in _cases_for(fid) + _temperature_two(fid)]

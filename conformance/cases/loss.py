@@ -497,8 +497,63 @@ def scales(fid, k):
     ]
 
 
+# framework presets (conformance/presets/*.toml, the name map) ------------------------------------
+
+def presets():
+    """Two cases at every distinct preset: the option batch, and a random batch of four sequences in
+    two prompt groups with ragged lengths.  The first preset of a group of identical (recipe,
+    parameters) names the cases; the description lists every configuration that maps to them."""
+    from ..generator import generate_inputs
+    from ..namemap import distinct, load_all
+
+    out = []
+    for k, (first, same) in enumerate(distinct(load_all())):
+        fid, params = first.recipe, first.params_dict()
+        configs = "; ".join(f"{p.framework} {p.version}: {p.config}" for p in same)
+        slug = f"preset-{first.framework}-{first.slug}"
+        out.append(case(fid, f"{slug}-batch", "example",
+                        f"framework preset ({configs}) on the option batch (lengths 3, 2, 4)", BATCH, params,
+                        links=tuple(sorted({p.link for p in same}))))
+        seed = 5000 + k
+        fields = fields_for(fid, params)
+        inputs = generate_inputs(Generated(seed, 4, 12, fields, (12, 5, 8, 1),
+                                           groups=2 if "group_ids" in fields else None).to_json())
+        out.append(Case(f"{fid}/{slug}-random", fid, "random",
+                        f"framework preset ({configs}); generator inputs (seed {seed}), 4 sequences of 12 positions, "
+                        "lengths 12, 5, 8, 1" + (", 2 prompt groups" if "group_ids" in fields else ""),
+                        inputs, params, tuple(sorted({p.link for p in same}))))
+    return out
+
+
+def binding():
+    """Recipe parameters taking effect on the option batch (pgspec golden coverage): the IS lower
+    truncation and the IS log-ratio clamp (l_old - l_mu = (0.25, 0.125, 0.125 | -0.125, -0.125 |
+    0, 0.0625, 0, 0.0625)), and the KL input clamp on both sides and the KL output floor
+    (x = l_ref - l = (-0.125, 0.25, -0.125 | -0.25, 0.5 | 0.25, -0.25, 0.25, -0.125))."""
+    g = "loss.grpo"
+    on_policy = {**BATCH, "old_logprobs": LP}
+    return [
+        case("loss.minirl", "zero-band-on-policy", "edge",
+             "eps_low = eps_high = 0 on policy: every r = 1 lies on both edges of the closed band [1, 1], so no "
+             "token is masked (a strict comparison written as >= would drop them all)",
+             on_policy, {"eps_low": 0, "eps_high": 0}),
+        case(g, "is-token-floor", "edge",
+             "token-level TIS with is_c_min = 0.9375: the weights e^-0.125 = 0.8825 are raised to 0.9375",
+             BATCH, {"beta": 0, "is_level": "token", "is_mode": "truncate", "is_c_min": 0.9375}),
+        case(g, "is-log-ratio-clamp-both-sides", "edge",
+             "token-level TIS with is_log_ratio_clamp = 0.0625: mismatch log-ratios 0.25, 0.125 and -0.125 are "
+             "clamped to +-0.0625",
+             BATCH, {"beta": 0, "is_level": "token", "is_mode": "truncate", "is_log_ratio_clamp": 0.0625}),
+        case(g, "kl-clamps-bind", "edge",
+             "k3 with the input clamp [-0.1875, 0.125] (x = 0.25, 0.5 above, -0.25 below) and the output floor "
+             "0.015625 (k3(-0.125) = 0.0075 is raised)",
+             BATCH, {"beta": 0.25, "kl_log_ratio_min": -0.1875, "kl_log_ratio_max": 0.125,
+                     "kl_output_min": 0.015625}),
+    ]
+
+
 def cases():
-    out = examples() + regressions() + extras()
+    out = examples() + regressions() + extras() + presets() + binding()
     for k, fid in enumerate(IDS):
         out += edges(fid) + options(fid) + randoms(fid, k) + scales(fid, k)
     return out

@@ -221,5 +221,27 @@ def _entropy_cases():
     ]
 
 
+def _window_edges():
+    """The entropy quantile's tie window at its edges (spec: h within 2^-44 (n - 1) of an integer is that
+    integer).  n = 5 unmasked tokens, so the window is 2^-42; rho = 0.25 - 1.5 * 2^-45 (a binary double)
+    gives h = (1 - rho) 4 = 3 + 1.5 * 2^-43, inside the window but outside half of it, and
+    rho = 0.25 - 3 * 2^-45 gives h = 3 + 1.5 * 2^-42, just outside it."""
+    fid = ENT
+    # the largest entropy is 2^20, so that outside the window q moves above 2 by 1.5 * 2^-42 (2^20 - 2), about
+    # 3.6e-7: more than float32's spacing at 2 (bfloat16's spacing there, 2^-6, cannot show it)
+    five = {"entropy": [[0.5, 1.0, 1.5, 2.0, 1048576.0]], "mask": [[True] * 5]}
+    inside = 0.25 - 1.5 * 2.0 ** -45
+    outside = 0.25 - 3 * 2.0 ** -45
+    return [
+        Case(f"{fid}/tie-window-inside-edge", fid, "edge",
+             f"rho = {inside!r} = 0.25 - 1.5 * 2^-45: h = 3 + 1.5 * 2^-43, within the tie window 2^-44 * 4 = 2^-42: "
+             "h is taken as 3, q = x_3 = 2 and the token with H = 2 is kept", five, {"top_entropy_quantile": inside}),
+        Case(f"{fid}/tie-window-outside-edge", fid, "edge",
+             f"rho = {outside!r} = 0.25 - 3 * 2^-45: h = 3 + 1.5 * 2^-42, outside the tie window 2^-42: q = 2 + "
+             "1.5 * 2^-42 (2^20 - 2) = 2 + 3.6e-7 is just above 2, so the token with H = 2 is dropped", five,
+             {"top_entropy_quantile": outside}),
+    ]
+
+
 def cases():
-    return _geometric_cases() + _opsm_cases() + _entropy_cases()
+    return _geometric_cases() + _opsm_cases() + _entropy_cases() + _window_edges()

@@ -10,9 +10,31 @@ MASK = [[True, True, True, False], [True, True, False, False]]
 IDS = ("ratio.token", "ratio.sequence_product", "ratio.sequence_geometric", "ratio.gspo_token")
 
 
+def _binding(fid, clamp):
+    """Each side of the log-ratio clamp taking effect, and the clamp set where it takes no effect
+    (pgspec golden coverage)."""
+    padded = {"logprobs": LP, "old_logprobs": OLD, "mask": MASK}
+    out = [Case(f"{fid}/clamp-inactive", fid, "edge",
+                f"{clamp} = 20 on the padded batch (log-ratios within +-0.5): the clamp changes nothing",
+                padded, {clamp: 20})]
+    if clamp == "log_ratio_clamp":
+        out.append(Case(f"{fid}/clamp-both-sides", fid, "edge",
+                        "log_ratio_clamp = 0.1875 on the padded batch, token log-ratios (0.25, -0.5, 0.125 | 0, "
+                        "-0.25), sums -0.125 and -0.25: clamped above and below (token), below (sequence)",
+                        padded, {clamp: 0.1875}))
+    else:
+        out.append(Case(f"{fid}/clamp-binds", fid, "edge",
+                        "log_ratio_max = 0.125 below the mean log-ratio 0.25 of (0.5, 0): s = e^0.125, no gradient "
+                        "through the mean", {"logprobs": [[-1.0, -2.0]], "old_logprobs": [[-1.5, -2.0]],
+                                             "mask": [[True, True]]}, {clamp: 0.125}))
+    return out
+
+
 def cases():
     out = []
     for fid in IDS:
+        out += _binding(fid, "log_ratio_max" if fid in ("ratio.sequence_geometric", "ratio.gspo_token")
+                        else "log_ratio_clamp")
         clamp = "log_ratio_max" if fid in ("ratio.sequence_geometric", "ratio.gspo_token") else "log_ratio_clamp"
         out += [
             Case(f"{fid}/two-tokens", fid, "example",

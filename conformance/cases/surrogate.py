@@ -463,5 +463,27 @@ def _vespo():
     return out
 
 
+def _binding():
+    """Clamps set where they take no effect, and the VESPO token clamp's lower side taking effect above
+    the weight floor (pgspec golden coverage)."""
+    padded = {"logprobs": LP, "old_logprobs": OLD, "mask": MASK}
+    out = [Case(f"{fid}/log-ratio-clamp-inactive", fid, "edge",
+                "log_ratio_clamp = 20 on the padded batch (log-ratios within +-0.5): the clamp changes nothing",
+                tok(padded, A_TOK), {"log_ratio_clamp": 20})
+           for fid in ("surrogate.pg", "surrogate.ppo_clip", "surrogate.dual_clip", "surrogate.cispo",
+                       "surrogate.sapo")]
+    out.append(Case("surrogate.gspo/log-ratio-max-inactive", "surrogate.gspo", "edge",
+                    "log_ratio_max = 20 on the padded batch (mean log-ratios -0.042 and -0.125): no effect",
+                    {**padded, "advantages": A_SEQ}, {"log_ratio_max": 20}))
+    out.append(Case("surrogate.vespo/token-clamp-lower", "surrogate.vespo", "edge",
+                    "d = (-3, 1) with log_ratio_clamp = 2: log w = -2 + 1 = -1 (unclamped -2), above the floor "
+                    "log(1e-8), so the lower clamp shows; A = 1, (k, lambda) = (2, 3): phi = e^(3 - 2 - 3 e^-1) = "
+                    "0.90155, gradient -phi per token",
+                    {"logprobs": [[-3.0, 0.0]], "old_logprobs": [[0.0, -1.0]], "mask": T2, "advantages": [1.0]},
+                    {"log_ratio_clamp": 2}))
+    return out
+
+
 def cases():
-    return _pg() + _ppo() + _dual() + _trl_delta() + _gspo() + _gmpo() + _cispo() + _sapo() + _vespo()
+    return (_pg() + _ppo() + _dual() + _trl_delta() + _gspo() + _gmpo() + _cispo() + _sapo() + _vespo()
+            + _binding())
