@@ -334,6 +334,8 @@ def _is(fid):
         if hi is None:
             _unsupported(fid, "c_max null: truncated_importance_sampling_ratio must be positive")
         old, mu, m = _compute(inputs["old_logprobs"]), _compute(inputs["sampler_logprobs"]), inputs["mask"]
+        if mode == "mask" and lo is None:
+            lo = 0.0  # icepop needs a lower bound; the weights are positive, so 0 is none
         fn = _loss_fn(disable_ppo_ratio=True, use_importance_sampling_correction=True,
                       truncated_importance_sampling_type="tis" if mode == "truncate" else "icepop",
                       truncated_importance_sampling_ratio=hi, truncated_importance_sampling_ratio_min=lo)
@@ -360,7 +362,8 @@ def mask_geometric_sequence(inputs, params):
     fn = _loss_fn(disable_ppo_ratio=True, use_importance_sampling_correction=True,
                   truncated_importance_sampling_type="seq-mask-tis",
                   truncated_importance_sampling_ratio=_param(params, fid, "upper"),
-                  truncated_importance_sampling_ratio_min=_param(params, fid, "lower"))
+                  # seq-mask-tis needs a lower bound; a geometric ratio is positive, so 0 is none
+                  truncated_importance_sampling_ratio_min=_param(params, fid, "lower") or 0.0)
     cur = torch.zeros_like(old).requires_grad_(True)
     minus_one = torch.full((old.shape[0],), -1.0, dtype=old.dtype, device=old.device)
     with torch.enable_grad():
@@ -500,7 +503,8 @@ def _loss(fid):
             cfg.update(use_importance_sampling_correction=True,
                        truncated_importance_sampling_type="tis" if _param(params, fid, "is_mode") == "truncate" else "icepop",
                        truncated_importance_sampling_ratio=hi,
-                       truncated_importance_sampling_ratio_min=_param(params, fid, "is_c_min"))
+                       # icepop needs a lower bound; the weights are positive, so 0 is none
+                       truncated_importance_sampling_ratio_min=_param(params, fid, "is_c_min") or 0.0)
             gen = _compute(inputs["sampler_logprobs"])
         fn = _loss_fn(**cfg)
         B = m.shape[0]
