@@ -5,13 +5,21 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
+import os
 import sys
+
+
+def _globs(spec: str) -> list[str]:
+    """A comma-separated list of globs (``'kl.*,loss.grpo'``), as every ``--formulas`` takes it."""
+    return [g.strip() for g in spec.split(",") if g.strip()]
 
 
 def _formulas(args) -> int:
     from pgspec.reference import REGISTRY
 
-    selected = [f for fid, f in sorted(REGISTRY.items()) if fnmatch.fnmatchcase(fid, args.formulas)]
+    globs = _globs(args.formulas)
+    selected = [f for fid, f in sorted(REGISTRY.items()) if any(fnmatch.fnmatchcase(fid, g) for g in globs)]
     if not selected:
         print(f"pgspec: no formula matches {args.formulas!r}; known IDs: {', '.join(sorted(REGISTRY))}",
               file=sys.stderr)
@@ -20,21 +28,25 @@ def _formulas(args) -> int:
         json.dump([f.to_json() for f in selected], sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
+    from rich import box
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"pgspec formulas ({len(selected)})")
-    for col in ("id", "title", "inputs", "params", "grad", "spec"):
-        table.add_column(col, overflow="fold")
+    # IDs, input and parameter names are never split: the ID column is as wide as the longest ID
+    # (the title wraps under it), and inputs and parameters are listed one per line, unwrapped.
+    table = Table(title=f"pgspec formulas ({len(selected)})", box=box.SIMPLE_HEAD, leading=1,
+                  caption="* differentiable input (the corpus has its gradient); ? optional input; "
+                          "pgspec formulas --json for ranges, outputs and spec anchors")
+    table.add_column("id / title", min_width=max(len(f.id) for f in selected), ratio=1)
+    table.add_column("inputs", no_wrap=True)
+    table.add_column("params (default)", no_wrap=True)
     for f in selected:
         table.add_row(
-            escape(f.id),
-            escape(f.title),
-            ", ".join(i.name + ("?" if i.optional else "") for i in f.inputs),
-            ", ".join(f"{p.name}={p.default!r}" for p in f.params),
-            ", ".join(f.differentiable) or "-",
-            f.spec,
+            f"[bold]{escape(f.id)}[/bold]\n[dim]{escape(f.title)}[/dim]",
+            "\n".join(escape(i.name + ("*" if i.name in f.differentiable else "") + ("?" if i.optional else ""))
+                      for i in f.inputs),
+            "\n".join(escape(f"{p.name}={p.default!r}") for p in f.params) or "-",
         )
     Console().print(table)
     return 0
@@ -47,7 +59,7 @@ def _golden(args) -> int:
         import time
 
         start = time.perf_counter()
-        files = golden.generate_all()
+        files = golden.generate_all(reuse=False)   # always evaluated afresh (and stored in the record cache)
         golden.write_all(files)
         n = sum(len(__import__("json").loads(d)["cases"]) for d in files.values())
         print(f"wrote {len(files)} golden files ({n} cases) to {golden.GOLDEN_DIR} "
@@ -57,84 +69,225 @@ def _golden(args) -> int:
         from . import coverage
 
         return coverage.main()
-    problems = golden.verify()
+    import time
+
+    start = time.perf_counter()
+    cache = not getattr(args, "no_cache", False)
+    if sys.stderr.isatty():  # a progress bar on a terminal, the summary line alone otherwise
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("verifying the golden corpus"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("cases", total=None)
+            problems = golden.verify(progress=lambda done, total: bar.update(task, completed=done, total=total),
+                                     cache=cache)
+    else:
+        problems = golden.verify(cache=cache)
+    took = (f"{golden._STATS['cached'] + golden._STATS['evaluated']} cases, {golden._STATS['evaluated']} evaluated, "
+            f"{golden._STATS['cached']} from the record cache; {time.perf_counter() - start:.1f} s")
     if problems:
-        print("pgspec golden verify: FAILED", file=sys.stderr)
+        print(f"pgspec golden verify: FAILED ({took})", file=sys.stderr)
         for p in problems:
             print("  " + p, file=sys.stderr)
         return 1
-    print(f"pgspec golden verify: {len(golden.load_manifest()['files'])} files byte-identical to the generator's output")
+    print(f"pgspec golden verify: {len(golden.load_manifest()['files'])} files byte-identical to the generator's output "
+          f"({took})")
     return 0
 
 
-def _run(args) -> int:
+def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from . import report, runner
-
-    console = Console(stderr=True)
-    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    from .runner import RunError
     from .tolerance import DTYPES
 
+    console = Console(stderr=True)
+    # every argument is checked before anything runs: a mistake costs a second, not a whole run
+    dtypes = list(dict.fromkeys(d.strip() for d in args.dtype.split(",") if d.strip()))
+    if not dtypes:
+        raise RunError(f"--dtype: no dtype given (got {args.dtype!r}); choose from {', '.join(DTYPES)}")
     bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        raise RunError(f"--dtype: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
+    reports = []
     for spec in args.report or []:
         kind, _, path = spec.partition(":")
         if kind not in ("json", "md", "html") or not path:
-            console.print(f"pgspec run: --report takes json:PATH, md:PATH or html:PATH, got {spec!r}")
-            return 2
-    if bad:
-        console.print(f"pgspec run: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
-        return 2
-    try:
-        python = _checkout_adapter(args)
-        if python:
-            args.python = python
-        if args.python:
-            from .isolated import IsolatedAdapter
+            raise RunError(f"--report takes json:PATH, md:PATH or html:PATH, got {spec!r}")
+        if any(os.path.abspath(path) == os.path.abspath(p) for _, p in reports):
+            raise RunError(f"--report {spec!r}: {path} is given twice")
+        problem = _report_path_problem(path)
+        if problem:
+            raise RunError(f"--report {spec!r}: {problem}")
+        reports.append((kind, path))
+    python = _checkout_adapter(args)
+    if python:
+        args.python = python
+    if args.python:
+        from .isolated import IsolatedAdapter
 
-            adapter = IsolatedAdapter(args.python, args.adapter, timeout=args.case_timeout)
-        else:
-            adapter = runner.load_adapter(args.adapter)
-        ok, why = adapter.available()
+        _say(f"pgspec run: starting the worker ({args.python}); it has {args.startup_timeout:g} s "
+             f"(--startup-timeout) to load adapter {args.adapter!r}")
+        adapter = IsolatedAdapter(args.python, args.adapter, timeout=args.case_timeout,
+                                  startup_timeout=args.startup_timeout)
+    else:
+        adapter = runner.load_adapter(args.adapter)
+    try:
+        ok, why = _adapter_call(args.adapter, adapter, "available")
         if not ok:
-            console.print(f"pgspec run: adapter {args.adapter!r} is not available: {why}")
-            return 2
-        ok, why = adapter.device_available(args.device)
+            raise RunError(f"adapter {args.adapter!r} is not available: {why}")
+        ok, why = _adapter_call(args.adapter, adapter, "device_available", args.device)
         if not ok:
-            console.print(f"pgspec run: device {args.device!r} is not available: {why}")
-            return 2
+            raise RunError(f"device {args.device!r} is not available: {why}")
         runner.check_declarations(adapter)
-        cases = runner.select_cases(args.formulas)
-    except runner.RunError as e:
-        console.print(f"pgspec run: {e}")
-        return 2
-    summary = runner.RunSummary()
-    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task(f"{adapter.name} on {args.device}", total=len(cases) * len(dtypes))
-        isolated = getattr(adapter, "run_case", None)
-        for dtype in dtypes:
-            for case in cases:
-                if isolated is not None:
-                    summary.results.append(isolated(case, dtype, args.device))
-                else:
-                    summary.results.append(runner.run_case(adapter, case, dtype, args.device))
-                progress.advance(task)
-        if args.properties:
+        problems: list = []
+        cases = runner.select_cases(args.formulas, problems=problems)
+        for p in problems:
+            _say(f"pgspec run: golden file problem (its family is not run): {p}")
+        capabilities = _adapter_call(args.adapter, adapter, "capabilities")
+        supported = [d for d in dtypes if d in tuple(adapter.dtypes)]
+        runnable = [c for c in cases if c["formula"] in capabilities]
+        if not cases:
+            raise RunError("nothing to run: every golden file the selection needs is corrupted (above)")
+        if not runnable:
+            raise RunError(f"nothing to run: adapter {adapter.name!r} implements none of the {len(cases)} selected "
+                           f"cases' formulas ({', '.join(sorted({c['formula'] for c in cases})[:8])})")
+        if not supported:
+            raise RunError(f"nothing to run: adapter {adapter.name!r} supports dtypes {', '.join(adapter.dtypes)}, "
+                           f"none of {', '.join(dtypes)}")
+        summary = runner.RunSummary()
+        columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
+            task = progress.add_task(f"{adapter.name} on {args.device}", total=len(cases) * len(dtypes))
+            isolated = getattr(adapter, "run_case", None)
             for dtype in dtypes:
-                progress.update(task, description=f"{adapter.name} on {args.device}: properties ({dtype})")
-                summary.results.extend(runner.property_results(adapter, dtype, args.device, args.formulas,
-                                                               adapter_spec=args.adapter))
-        if isolated is not None:
+                for case in cases:
+                    summary.results.append(_one_case(adapter, isolated, case, dtype, args.device))
+                    progress.advance(task)
+            if args.properties:
+                for dtype in dtypes:
+                    progress.update(task, description=f"{adapter.name} on {args.device}: properties ({dtype})")
+                    summary.results.extend(_properties(adapter, dtype, args.device, args.formulas, args.adapter))
+    finally:
+        if getattr(adapter, "run_case", None) is not None:
             adapter.close()
     summary.finalize()
     report.print_matrix(summary, adapter, args.device, dtypes)
-    for spec in args.report or []:
-        kind, _, path = spec.partition(":")
-        report.write(kind, path, summary, adapter, args.device, dtypes)
-        console.print(f"wrote {kind} report to {path}")
-    return summary.exit_code()
+    code = summary.exit_code()
+    for kind, path in reports:
+        try:
+            report.write(kind, path, summary, adapter, args.device, dtypes)
+        except OSError as e:
+            _say(f"pgspec run: cannot write the {kind} report to {path}: {e.strerror or e} "
+                 "(nothing was written there)")
+            code = 2
+        else:
+            _say(f"wrote {kind} report to {path}")
+    ran = [r for r in summary.results if r.outcome not in ("unsupported", "not-applicable")]
+    if not ran:
+        _say(f"pgspec run: nothing was run: all {len(summary.results)} (case, dtype) pairs are unsupported "
+             "or not applicable (see the table)")
+        code = 2
+    if problems:
+        _say(f"pgspec run: {len(problems)} golden file(s) are corrupted (above); the run fails")
+        code = 2
+    return code
+
+
+def _say(message: str) -> None:
+    """One line on stderr, unwrapped (a usage message or a note of the run)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _adapter_call(spec, adapter, method, *args):
+    """An adapter's own method, whose crash is the user's adapter's error (one line, exit 2)."""
+    from .runner import RunError, _one_line
+
+    try:
+        return getattr(adapter, method)(*args)
+    except RunError:
+        raise
+    except BaseException as e:  # noqa: BLE001 - the user's code: SystemExit included
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise RunError(f"adapter {spec!r}: its {method}() raised {_one_line(e)}") from None
+
+
+def _one_case(adapter, isolated, case, dtype, device):
+    """One case's result; whatever goes wrong in it stays in it (the run goes on)."""
+    from . import runner
+
+    try:
+        if isolated is not None:
+            return isolated(case, dtype, device)
+        return runner.run_case(adapter, case, dtype, device)
+    except BaseException as e:  # noqa: BLE001 - one case's crash never stops the run
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return _error_row(adapter, device, dtype, case["id"], case["formula"], case.get("family", "?"),
+                          case.get("category", "?"), e)
+
+
+def _properties(adapter, dtype, device, formulas, spec):
+    from . import runner
+
+    try:
+        return runner.property_results(adapter, dtype, device, formulas, adapter_spec=spec)
+    except BaseException as e:  # noqa: BLE001 - a crash in the property checks is one error row
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return [_error_row(adapter, device, dtype, "prop.all/*", "*", "prop.all", "property", e)]
+
+
+def _error_row(adapter, device, dtype, case_id, formula, family, category, e):
+    import traceback
+
+    from .logs import save
+    from .runner import CaseResult, _one_line
+
+    path = save(traceback.format_exc(), "case-error")
+    where = f"; the traceback is saved to {path}" if path else ""
+    return CaseResult(adapter.name, adapter.version, device, dtype, case_id, formula, family, category, "error",
+                      message=f"{_one_line(e)}{where}")
+
+
+def _report_path_problem(path: str) -> str | None:
+    """Why a report cannot be written to ``path`` (None when it can): checked before the run."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        return f"{path} is a directory; give a file path"
+    if p.exists() and not p.is_file():
+        return f"{path} exists and is not a regular file"
+    parent = p.parent
+    ancestor = parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a directory"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"cannot create the directory {parent}: {e.strerror or e}"
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{p.name}.", suffix=".probe")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"cannot write in {parent}: {e.strerror or e}"
+    if shutil.disk_usage(parent).free < MIN_FREE_BYTES:
+        return f"the device holding {parent} is full ({shutil.disk_usage(parent).free} bytes free)"
+    return None
+
+
+MIN_FREE_BYTES = 1 << 20
 
 
 def _checkout_adapter(args):
@@ -161,63 +314,215 @@ def _checkout_adapter(args):
     return args.python or os.environ.get(f"PGSPEC_{name}_PYTHON") or sys.executable
 
 
+def _checkout_adapter(args):
+    """``--source PATH``: the checkout of a framework loaded from git (nemo_rl, slime, fast_llm,
+    megatron), handed to the adapter through its environment variable (PGSPEC_<NAME>_SOURCE).
+    Such adapters always run in a worker process (the isolated mode), so their stand-in modules
+    never reach another adapter: the interpreter is --python, else the adapter's own
+    PGSPEC_<NAME>_PYTHON, else this one.  Returns the interpreter, or None for other adapters."""
+    from . import runner
+
+    if args.source is not None and not os.path.isdir(args.source):
+        raise runner.RunError(f"--source: {args.source} is not a directory")
+    adapter = runner.load_adapter(args.adapter) if args.adapter in runner.BUILTIN_ADAPTERS else None
+    if adapter is None or not getattr(adapter, "requires_isolation", False):
+        if args.source is not None:
+            raise runner.RunError(f"--source is for the adapters loaded from a checkout, not {args.adapter!r}")
+        return None
+    name = args.adapter.upper()
+    if args.source is not None:
+        os.environ[f"PGSPEC_{name}_SOURCE"] = os.path.abspath(args.source)
+    return args.python or os.environ.get(f"PGSPEC_{name}_PYTHON") or sys.executable
+
+
 def _adapters(args) -> int:
+    from rich import box
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from . import runner
 
-    table = Table(title="pgspec adapters")
-    for col in ("name", "available", "framework", "version", "formulas", "declarations"):
-        table.add_column(col)
+    table = Table(title="pgspec adapters", box=box.SIMPLE_HEAD)
+    table.add_column("name", no_wrap=True, style="bold")
+    table.add_column("available", no_wrap=True)
+    for col in ("framework", "version"):
+        table.add_column(col, overflow="fold")
+    for col in ("formulas", "declarations"):
+        table.add_column(col, justify="right", no_wrap=True)
+    missing = []
     for name in sorted(runner.BUILTIN_ADAPTERS):
         try:
             adapter = runner.load_adapter(name)
             ok, why = adapter.available()
-            table.add_row(name, "yes" if ok else f"no: {why}", adapter.framework, adapter.version,
+            table.add_row(name, "yes" if ok else "no (1)", escape(adapter.framework), escape(adapter.version),
                           str(len(adapter.capabilities())), str(len(adapter.deviations)))
         except Exception as e:  # noqa: BLE001 - an adapter whose framework is missing is listed as such
-            table.add_row(name, f"no: {e}", "-", "-", "-", "-")
-    Console().print(table)
+            ok, why = False, str(e)
+            table.add_row(name, "no (1)", "-", "-", "-", "-")
+        if not ok:
+            missing.append((name, why))
+    console = Console()
+    console.print(table)
+    if missing:
+        # printed whole (never cut to a column): the install command is what the user needs
+        console.print("(1) not available here; how to install:")
+        for name, why in missing:
+            console.print(f"  {escape(name)}: {escape(why)}", soft_wrap=True, highlight=False)
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pgspec")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+        return "unknown (not installed)"
+
+
+FORMULAS_HELP = "formula or case ID globs, comma-separated (e.g. 'kl.*,loss.grpo')"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pgspec", description="The policy-gradient loss specification.")
+    # every option's help ends with its default (ArgumentDefaultsHelpFormatter)
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(prog="pgspec", description="The policy-gradient loss specification.",
+                                     formatter_class=fmt)
+    parser.add_argument("--version", action="version", version=f"pgspec {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("formulas", help="list the formula registry")
+    p = sub.add_parser("formulas", help="list the formula registry", formatter_class=fmt)
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    p.add_argument("--formulas", default="*", metavar="GLOB", help="only IDs matching this glob")
+    p.add_argument("--formulas", default="*", metavar="GLOBS", help="formula ID globs, comma-separated (e.g. 'kl.*,loss.grpo')")
     p.set_defaults(func=_formulas)
-    g = sub.add_parser("golden", help="generate or verify the golden corpus")
+    g = sub.add_parser("golden", help="generate, verify or measure the golden corpus", formatter_class=fmt)
     g.add_argument("action", choices=("generate", "verify", "coverage"),
                    help="generate: write the corpus; verify: regenerate in memory and require byte equality; "
                         "coverage: which side of every bounding parameter binds in which cases")
+    g.add_argument("--no-cache", action="store_true",
+                   help="verify: evaluate every case afresh instead of taking unchanged ones from the record cache")
     g.set_defaults(func=_golden)
-    r = sub.add_parser("run", help="run the conformance suite against an adapter")
-    r.add_argument("--adapter", default="torch", help="built-in adapter name or module:object (default torch)")
-    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    r = sub.add_parser("run", help="run the conformance suite against an adapter", formatter_class=fmt)
+    r.add_argument("--adapter", default="torch",
+                   help="built-in adapter name, or module:object for your own adapter (the current folder is importable)")
+    r.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device the adapter's tensors live on")
     r.add_argument("--dtype", default="float64,float32,bfloat16", help="comma-separated dtypes")
-    r.add_argument("--formulas", default="*", metavar="GLOB", help="formula or case ID globs, comma-separated")
-    r.add_argument("--report", action="append", metavar="KIND:PATH", help="json:PATH, md:PATH or html:PATH (repeatable)")
+    r.add_argument("--formulas", default="*", metavar="GLOBS", help=FORMULAS_HELP)
+    r.add_argument("--report", action="append", metavar="KIND:PATH",
+                   help="json:PATH, md:PATH or html:PATH (repeatable)")
     r.add_argument("--properties", action=argparse.BooleanOptionalAction, default=True,
-                   help="also run the property checks of spec/properties.md (default: on)")
+                   help="also run the property checks of spec/properties.md")
     r.add_argument("--python", metavar="PATH", default=None,
                    help="run the adapter in this other interpreter (its own venv) over a JSON-lines protocol")
     r.add_argument("--source", metavar="PATH", default=None,
                    help="the framework checkout for nemo_rl, slime, fast_llm, megatron (else PGSPEC_<NAME>_SOURCE)")
-    r.add_argument("--case-timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="with --python: a case that takes longer becomes an error outcome (default 300)")
+    r.add_argument("--case-timeout", type=_seconds, default=300.0, metavar="SECONDS",
+                   help="with --python: a case that takes longer becomes an error outcome")
+    r.add_argument("--startup-timeout", type=_seconds, default=300.0, metavar="SECONDS",
+                   help="with --python: the worker must load the adapter within this time")
     r.set_defaults(func=_run)
-    a = sub.add_parser("adapters", help="list adapters with availability and version")
+    a = sub.add_parser("adapters", help="list adapters with availability, version and install commands",
+                       formatter_class=fmt)
     a.set_defaults(func=_adapters)
+    c = sub.add_parser("check", help="check a formula at production size against the float64 oracle")
+    c.add_argument("--formula", required=True, help="formula or recipe ID (see `pgspec check --list`)")
+    c.add_argument("--adapter", default="torch", help="built-in adapter name or module:object (default torch)")
+    c.add_argument("--shape", default="64x32768", help="BxT (default 64x32768)")
+    c.add_argument("--vocab", type=int, default=None, help="vocabulary size V for log-prob formulas")
+    c.add_argument("--dtype", default="float32", help="the adapter's dtype (default float32)")
+    c.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--chunk", type=int, default=8, help="sequences per chunk of the oracle's scale pass")
+    c.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a formula parameter (JSON value)")
+    c.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
+    c.set_defaults(func=_check)
     return parser
 
 
+def _check(args) -> int:
+    from . import check, runner
+
+    try:
+        if args.vocab is not None:
+            raise check.CheckError("--vocab: no log-prob formula has an oracle scale yet "
+                                   f"(formulas with one: {', '.join(check.ORACLE_FORMULAS)})")
+        B, T = check.parse_shape(args.shape)
+        params = {}
+        for item in args.param:
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise check.CheckError(f"--param must be NAME=VALUE, got {item!r}")
+            try:
+                params[name] = json.loads(value)
+            except ValueError:
+                params[name] = value
+        adapter = runner.load_adapter(args.adapter)
+        res = check.run_check(adapter, args.formula, B, T, args.dtype, args.device, args.seed, params, args.chunk)
+    except (check.CheckError, runner.RunError) as e:
+        print(f"pgspec check: {e}", file=sys.stderr)
+        return 2
+    for o in res.outputs:
+        print(f"{res.formula} {o.output}: {o.compared} elements, worst error ratio {o.worst_ratio:.3g}, "
+              f"{o.failures} out of bound")
+    print(f"pgspec check {res.adapter} {res.formula} {res.dtype} {B}x{T} seed {res.seed}: {res.outcome} "
+          f"(adapter {res.adapter_seconds:.2f} s, oracle {res.oracle_seconds:.2f} s){': ' + res.message if res.message else ''}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(res.to_json(), fh, indent=1)
+    return {"pass": 0, "unsupported": 0}.get(res.outcome, 1)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+ISSUES_URL = "the pgspec issue tracker"
+EXIT_INTERNAL = 3
+
+
 def main(argv=None) -> int:
+    """Exit codes: 0 success; 1 conformance failures (fail, error, stale deviation); 2 a usage or input
+    error (one line on stderr, no traceback); 3 an internal error of pgspec (traceback saved to a file)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse printed the usage and one error line
+        return e.code if isinstance(e.code, int) else 2
+    from .golden import GoldenError
+    from .runner import RunError
+
+    try:
+        return args.func(args)
+    except (RunError, GoldenError) as e:
+        print(f"pgspec {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"pgspec {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except OSError as e:  # the environment (a full disk, a permission), not a bug
+        where = f": {e.filename}" if e.filename else ""
+        print(f"pgspec {args.command}: {e.strerror or e}{where}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - a bug of pgspec: say so, save the traceback
+        import traceback
+
+        from .logs import save
+        from .runner import _one_line
+
+        text = traceback.format_exc()
+        path = save(f"pgspec {' '.join(sys.argv[1:] if argv is None else map(str, argv))}\n\n{text}", "internal-error")
+        print(f"pgspec {args.command}: internal error (a bug in pgspec, not in your input): {_one_line(e)}", file=sys.stderr)
+        if path:
+            print(f"the traceback is saved to {path}; please report it to {ISSUES_URL} with that file", file=sys.stderr)
+        else:
+            print(text + f"please report this traceback to {ISSUES_URL}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

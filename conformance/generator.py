@@ -57,7 +57,33 @@ def _draws(np, seed: int, first: int, count: int):
     return z ^ (z >> np.uint64(31))
 
 
-def _generate_numpy(spec: dict, np) -> dict:
+def generate_arrays(spec: dict) -> dict:
+    """``generate_inputs`` as numpy arrays (float64 reals, bool mask, int64 ids): the same numbers,
+    for production-size inputs (``pgspec check``) where nested lists would cost more than the check."""
+    import numpy as np
+
+    out = _generate_numpy(spec, np, as_lists=False)
+    out.update(_structure_arrays(spec, np))
+    return out
+
+
+def _structure_arrays(spec: dict, np) -> dict:
+    """mask, group_ids and document_ids (those in ``fields``) as numpy arrays."""
+    B, T = spec["B"], spec["T"]
+    fields = set(spec["fields"])
+    out = {}
+    lengths = np.asarray(spec.get("lengths") or [T] * B)
+    if "mask" in fields:
+        out["mask"] = np.arange(T)[None, :] < lengths[:, None]
+    if "group_ids" in fields:
+        out["group_ids"] = np.arange(B) % (spec.get("groups") or 1)
+    if "document_ids" in fields:
+        docs = spec.get("documents") or 1
+        out["document_ids"] = np.arange(B)[:, None] * docs + (np.arange(T)[None, :] * docs) // T
+    return out
+
+
+def _generate_numpy(spec: dict, np, as_lists: bool = True) -> dict:
     B, T = spec["B"], spec["T"]
     fields = set(spec["fields"])
     lengths = spec.get("lengths") or [T] * B
@@ -72,32 +98,33 @@ def _generate_numpy(spec: dict, np) -> dict:
         scale = np.ldexp(1.0, -e)
         out = {}
         if primary:
-            out[primary] = (-(1.0 + m / 128.0) * scale).reshape(B, T).tolist()
+            out[primary] = _out((-(1.0 + m / 128.0) * scale).reshape(B, T), as_lists)
         for slot, (name, spread) in enumerate(extra, start=2):
             j = (raw[:, slot] % np.uint64(2 * spread + 1)).astype(np.int64) - spread
             mj = np.clip(m + j, 0, 127)
-            out[name] = (-(1.0 + mj / 128.0) * scale).reshape(B, T).tolist()
+            out[name] = _out((-(1.0 + mj / 128.0) * scale).reshape(B, T), as_lists)
         used = P * D
         if "advantages" in fields:
             a = (_draws(np, spec["seed"], used, B) % np.uint64(17)).astype(np.int64)
-            out["advantages"] = ((a - 8) / 8.0).tolist()
+            out["advantages"] = _out((a - 8) / 8.0, as_lists)
             used += B
         if "rewards" in fields:
             r = (_draws(np, spec["seed"], used, B) % np.uint64(2)).astype(np.int64)
-            out["rewards"] = r.astype(np.float64).tolist()
-    _add_structure(out, spec, fields, B, T, lengths)
+            out["rewards"] = _out(r.astype(np.float64), as_lists)
+    if as_lists:
+        _add_structure(out, spec, fields, B, T, lengths)
     return out
 
 
+def _out(array, as_lists):
+    return array.tolist() if as_lists else array
+
+
 def _add_structure(out, spec, fields, B, T, lengths):
-    if "mask" in fields:
-        out["mask"] = [[t < lengths[b] for t in range(T)] for b in range(B)]
-    if "group_ids" in fields:
-        groups = spec.get("groups") or 1
-        out["group_ids"] = [b % groups for b in range(B)]
-    if "document_ids" in fields:
-        docs = spec.get("documents") or 1
-        out["document_ids"] = [[b * docs + (t * docs) // T for t in range(T)] for b in range(B)]
+    import numpy as np
+
+    for name, a in _structure_arrays(spec, np).items():
+        out[name] = a.tolist()
 
 
 def generate_inputs_reference(spec: dict) -> dict:

@@ -198,37 +198,141 @@ def _jobs() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def _generate_records(cases: list) -> list:
+def _generate_records(cases: list, progress=None, cache: bool = True, reuse: bool = True) -> list:
     """generate_case over ``cases`` in worker processes; the result order is the cases' order, and
-    each record depends only on its case, so the bytes do not depend on the number of workers."""
-    jobs = _jobs()
-    if jobs == 1 or len(cases) < 2:
-        return [generate_case(c) for c in cases]
-    import multiprocessing
+    each record depends only on its case, so the bytes do not depend on the number of workers.
 
+    With ``cache``, records found in the record cache (``_record_key``) are taken from it (unless
+    ``reuse`` is false: then every case is evaluated) and evaluated ones are stored there.
+    ``progress(done, total)`` is called as records complete."""
+    total = len(cases)
+    records: list = [None] * total
+    keys = [_record_key(c) for c in cases] if cache else [None] * total
+    for k, key in enumerate(keys):
+        if key is not None and reuse:
+            records[k] = _cache_get(key)
+    todo = [k for k in range(total) if records[k] is None]
+    done = total - len(todo)
+    if progress:
+        progress(done, total)
+    jobs = _jobs()
     # the long scale cases first, so that both workers stay busy to the end
-    order = sorted(range(len(cases)), key=lambda k: -_weight(cases[k]))
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        done = pool.map(generate_case, [cases[k] for k in order], chunksize=1)
-    records = [None] * len(cases)
-    for k, record in zip(order, done):
-        records[k] = record
+    todo.sort(key=lambda k: -_weight(cases[k]))
+    if jobs == 1 or len(todo) < 2:
+        results = ((k, generate_case(cases[k])) for k in todo)
+        pool = None
+    else:
+        import multiprocessing
+
+        pool = multiprocessing.get_context("fork").Pool(jobs)
+        results = pool.imap_unordered(_generate_indexed, [(k, cases[k]) for k in todo], chunksize=1)
+    try:
+        for k, record in results:
+            records[k] = record
+            if keys[k] is not None:
+                _cache_put(keys[k], record)
+            done += 1
+            if progress:
+                progress(done, total)
+    finally:
+        if pool is not None:
+            pool.close()
+            pool.join()
+    _STATS["cached"], _STATS["evaluated"] = total - len(todo), len(todo)
     return records
+
+
+def _generate_indexed(item):
+    k, case = item
+    return k, generate_case(case)
+
+
+_STATS = {"cached": 0, "evaluated": 0}
+
+
+# The record cache: a generated case record is a deterministic function of the case (its ID,
+# category, description, links, parameters and encoded inputs) and of the code that evaluates it
+# (the reference, the case definitions, this module and the input generator, mpmath's version and
+# backend, the precision).  A record is stored under the sha256 of all of these, so a hit is the
+# record the generator produces now, byte for byte; anything else in the key changing only costs
+# an evaluation.  Under $PGSPEC_CACHE/golden (default ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
+def _record_cache_dir():
+    import os
+
+    root = os.environ.get("PGSPEC_CACHE")
+    if root == "off":
+        return None
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pgspec")
+    return Path(root) / "golden"
+
+
+@lru_cache(maxsize=1)
+def _code_digest() -> str:
+    import pgspec.reference as reference_package
+
+    h = hashlib.sha256(f"{FORMAT}|{DPS}|{DIGITS}|{SCALE_DIGITS}|{SAMPLES_PER_END}|{RANDOM_SAMPLES}|"
+                       f"{mpmath.__version__}|{mpmath.libmp.BACKEND}".encode())
+    here = Path(__file__).resolve().parent
+    files = sorted(Path(reference_package.__file__).resolve().parent.rglob("*.py"))
+    files += sorted((here / "cases").rglob("*.py")) + [here / "golden.py", here / "generator.py"]
+    for path in files:
+        h.update(str(path.relative_to(path.parent.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _record_key(case: Case) -> str | None:
+    if _record_cache_dir() is None:
+        return None
+    f = REGISTRY[case.formula]
+    ident = {"id": case.id, "formula": case.formula, "category": case.category, "description": case.description,
+             "links": list(case.links), "params": case.params,
+             "inputs": case.inputs.to_json() if isinstance(case.inputs, Generated) else _encode_inputs(case, f)}
+    text = json.dumps(ident, sort_keys=True, ensure_ascii=True)
+    return hashlib.sha256((_code_digest() + "\0" + text).encode()).hexdigest()
+
+
+def _cache_get(key: str):
+    d = _record_cache_dir()
+    path = d / key[:2] / f"{key}.json" if d is not None else None
+    if path is None or not path.exists():
+        return None
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def _cache_put(key: str, record: dict) -> None:
+    import os
+
+    d = _record_cache_dir()
+    if d is None:
+        return
+    path = d / key[:2] / f"{key}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(json.dumps(record, ensure_ascii=True).encode())
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only cache only costs time
 
 
 def _weight(case: Case) -> int:
     return case.inputs.B * case.inputs.T if isinstance(case.inputs, Generated) else 1
 
 
-def generate_all(families=None) -> dict[str, bytes]:
-    """Every family file's bytes, generated from the case definitions and the reference."""
+def generate_all(families=None, progress=None, cache: bool = True, reuse: bool = True) -> dict[str, bytes]:
+    """Every family file's bytes, generated from the case definitions and the reference
+    (``progress``, ``cache`` and ``reuse``: see ``_generate_records``)."""
     by_family: dict[str, list] = {}
     for case in all_cases():
         fam = family_of(case)
         if families is None or fam in families:
             by_family.setdefault(fam, []).append(case)
     ordered = [c for _, cases in sorted(by_family.items()) for c in cases]
-    records = iter(_generate_records(ordered))
+    records = iter(_generate_records(ordered, progress, cache, reuse))
     files = {}
     for fam, cases in sorted(by_family.items()):
         doc = {
@@ -263,11 +367,12 @@ def write_all(files: dict[str, bytes], directory: Path = GOLDEN_DIR) -> None:
     (directory / "MANIFEST").write_bytes(manifest_bytes(files))
 
 
-def verify(directory: Path = GOLDEN_DIR, families=None) -> list[str]:
+def verify(directory: Path = GOLDEN_DIR, families=None, progress=None, cache: bool = True) -> list[str]:
     """Regenerate in memory; return one message per difference (empty when byte-identical).
 
-    ``families`` restricts the check to those family files (the MANIFEST is then not compared)."""
-    files = generate_all(families)
+    ``families`` restricts the check to those family files (the MANIFEST is then not compared);
+    ``progress(done, total)`` follows the cases; ``cache=False`` evaluates every case afresh."""
+    files = generate_all(families, progress, cache)
     problems = []
     on_disk = {p.name for p in directory.glob("*.json") if p.name != "schema.json"}
     if families is not None:
@@ -318,7 +423,61 @@ def load_manifest(directory: Path = GOLDEN_DIR) -> dict:
     path = directory / "MANIFEST"
     if not path.exists():
         raise GoldenError(f"{path}: missing; run `pgspec golden generate`")
-    return json.loads(path.read_text())
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise GoldenError(f"{path}: not valid JSON ({e}); golden files are only written by `pgspec golden generate`") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
+        raise GoldenError(f"{path}: field 'files' (file name -> sha256) is missing or not an object")
+    return doc
+
+
+def _where(doc, path) -> str:
+    """A schema error's location as ``case '<id>' field <name>[i]...`` (or the top-level field)."""
+    path = list(path)
+    if len(path) >= 2 and path[0] == "cases" and isinstance(path[1], int):
+        cases = doc.get("cases") if isinstance(doc, dict) else None
+        case = cases[path[1]] if isinstance(cases, list) and path[1] < len(cases) else None
+        cid = case.get("id") if isinstance(case, dict) else None
+        label = f"cases/{path[1]} (case {cid!r})" if isinstance(cid, str) else f"cases/{path[1]}"
+        field = _field(path[2:])
+        return f"{label} field {field}" if field else label
+    return f"field {_field(path)}" if path else "the top level"
+
+
+def _field(path) -> str:
+    text = ""
+    for p in path:
+        text += f"[{p}]" if isinstance(p, int) else (f".{p}" if text else str(p))
+    return text
+
+
+def _check_cases(path: Path, doc: dict, family: str) -> None:
+    """What the schema cannot say: the file's family, and each case's formula, inputs and outputs
+    against the registry."""
+    if doc["family"] != family:
+        raise GoldenError(f"{path}: field family is {doc['family']!r}, expected {family!r} (the file name)")
+    for k, c in enumerate(doc["cases"]):
+        label = f"{path}: cases/{k} (case {c['id']!r})"
+        f = REGISTRY.get(c["formula"])
+        if f is None:
+            raise GoldenError(f"{label} field formula: unknown formula ID {c['formula']!r}")
+        if f.family != family:
+            raise GoldenError(f"{label} field formula: {c['formula']!r} belongs to family {f.family!r}, not {family!r}")
+        if not c["id"].startswith(c["formula"] + "/"):
+            raise GoldenError(f"{label} field id: must start with the formula ID {c['formula']!r} and '/'")
+        if c.get("expect_error"):  # its inputs or parameters are wrong on purpose, and it has no outputs
+            continue
+        names = {i.name for i in f.inputs}
+        unknown = sorted(set(c["inputs"]) - names - {"$generate"})
+        if unknown:
+            raise GoldenError(f"{label} field inputs: unknown input(s) {unknown}; {c['formula']} takes {sorted(names)}")
+        outputs = {o.name for o in f.outputs}
+        if set(c["outputs"]) != outputs:
+            raise GoldenError(f"{label} field outputs: has {sorted(c['outputs'])}, {c['formula']} declares {sorted(outputs)}")
+        bad_grad = sorted(set(c["grad"]) - set(f.differentiable))
+        if bad_grad:
+            raise GoldenError(f"{label} field grad: {bad_grad} are not differentiable inputs of {c['formula']}")
 
 
 def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
@@ -332,22 +491,34 @@ def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
     expected = load_manifest(directory)["files"].get(path.name)
     actual = hashlib.sha256(data).hexdigest()
     if expected != actual:
-        raise GoldenError(f"{path}: sha256 {actual} does not match the MANIFEST ({expected}); "
+        detail = ""
+        try:
+            jsonschema.validate(json.loads(data), _schema())
+        except (ValueError, UnicodeDecodeError) as e:
+            detail = f"; it is not valid JSON ({e})"
+        except jsonschema.ValidationError as e:
+            detail = f"; at {_where(json.loads(data), e.absolute_path)}: {e.message}"
+        else:
+            detail = "; `pgspec golden verify` names the case and field that differ"
+        raise GoldenError(f"{path}: sha256 {actual} does not match the MANIFEST ({expected}){detail}; "
                           "golden files are only written by `pgspec golden generate`")
-    doc = json.loads(data)
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise GoldenError(f"{path}: not valid JSON ({e})") from None
     marker = _validated_marker(actual)
     if marker is None or not marker.exists():
         try:
             jsonschema.validate(doc, _schema())
         except jsonschema.ValidationError as e:
-            where = "/".join(str(p) for p in e.absolute_path)
-            raise GoldenError(f"{path}: does not match schema.json at {where or 'the top level'}: {e.message}") from None
+            raise GoldenError(f"{path}: does not match schema.json at {_where(doc, e.absolute_path)}: {e.message}") from None
         if marker is not None:
             try:
                 marker.parent.mkdir(parents=True, exist_ok=True)
                 marker.touch()
             except OSError:
                 pass  # a read-only cache only costs time
+    _check_cases(path, doc, family)
     return doc
 
 
@@ -369,11 +540,21 @@ def _validated_marker(file_sha: str) -> Path | None:
     return Path(root) / "validated" / f"{file_sha}-{schema_sha}"
 
 
-def load_all(directory: Path = GOLDEN_DIR) -> list[dict]:
-    """Every case of every family file, each with its family added."""
+def load_all(directory: Path = GOLDEN_DIR, problems: list | None = None) -> list[dict]:
+    """Every case of every family file, each with its family added.
+
+    A bad family file raises GoldenError; with ``problems`` (a list) it is appended there instead
+    (one message naming the file, and the case and field where they can be told) and the other
+    families are still loaded.  A bad MANIFEST always raises."""
     cases = []
     for name in sorted(load_manifest(directory)["files"]):
-        doc = load_family(name[:-5], directory)
+        try:
+            doc = load_family(name[:-5], directory)
+        except GoldenError as e:
+            if problems is None:
+                raise
+            problems.append(str(e))
+            continue
         for c in doc["cases"]:
             cases.append({**c, "family": doc["family"]})
     return cases

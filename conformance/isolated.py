@@ -54,12 +54,15 @@ def worker_main(argv=None) -> int:
     sys.stdout = sys.stderr
     adapter = None
     load_error = None
-    try:
-        from pgspec.conformance import runner
+    from pgspec.conformance import runner
 
+    try:
         adapter = runner.load_adapter(args.adapter)
-    except Exception:  # noqa: BLE001 - reported to the parent
+    except BaseException as e:  # noqa: BLE001 - reported to the parent (SystemExit at import too)
+        if isinstance(e, KeyboardInterrupt):
+            raise
         load_error = traceback.format_exc()
+        load_summary = str(e) if isinstance(e, runner.RunError) else runner._one_line(e)
 
     def send(obj):
         proto.write(json.dumps(obj) + "\n")
@@ -75,7 +78,7 @@ def worker_main(argv=None) -> int:
         if op == "exit":
             break
         if load_error is not None:
-            send({"ok": False, "error": load_error})
+            send({"ok": False, "error": load_error, "summary": load_summary})
             continue
         try:
             if op == "hello":
@@ -97,8 +100,10 @@ def worker_main(argv=None) -> int:
                 send({"ok": True, "results": [p.to_json() for p in found]})
             else:
                 send({"ok": False, "error": f"unknown op {op!r}"})
-        except Exception:  # noqa: BLE001 - reported to the parent
-            send({"ok": False, "error": traceback.format_exc()})
+        except BaseException as e:  # noqa: BLE001 - reported to the parent (SystemExit too)
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            send({"ok": False, "error": traceback.format_exc(), "summary": runner._one_line(e)})
     return 0
 
 
@@ -124,14 +129,18 @@ class Worker:
     """One worker process with a reader thread, so that every read can time out."""
 
     def __init__(self, python: str, adapter: str, env: dict):
-        self.proc = subprocess.Popen(
-            [python, "-m", "pgspec.conformance.isolated", "--adapter", adapter],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-m", "pgspec.conformance.isolated", "--adapter", adapter],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1,
+            )
+        except OSError as e:
+            raise WorkerDied(f"cannot start {python}: {e.strerror or e}") from None
         self.lines: queue.Queue = queue.Queue()
         self.stderr: list[str] = []
         threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True).start()
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
 
     def _pump(self, stream, q):
         for line in stream:
@@ -153,18 +162,32 @@ class Worker:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
             self.kill()
-            raise WorkerDied(self._tail(f"no answer within {timeout:g} s: the worker was killed")) from None
+            raise WorkerDied(self._tail(f"no answer within {timeout:g} s: the worker was killed"), timed_out=True) from None
         if line is None:
             self.proc.wait(timeout=5)
             raise WorkerDied(self._tail(f"the worker exited with code {self.proc.returncode}"))
         try:
-            return json.loads(line)
+            answer = json.loads(line)
         except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
             self.kill()
-            raise WorkerDied(self._tail(f"the worker answered something that is not JSON: {line[:200]!r}")) from None
+            raise WorkerDied(self._tail(f"the worker answered something that is not a JSON object: {line[:200]!r}"))
+        return answer
 
     def _tail(self, what: str) -> str:
-        return what + ("\nworker stderr (last lines):\n" + "".join(self.stderr[-30:]) if self.stderr else "")
+        """``what``, and where the worker's output (its stderr, a traceback say) is saved."""
+        if self.proc.poll() is not None:
+            self._drainer.join(timeout=5)  # the rest of what it printed before it ended
+        if not self.stderr:
+            return what + " (it printed nothing on stderr)"
+        from .logs import save
+
+        text = "".join(self.stderr)
+        path = save(f"{what}\n\nworker stderr (last {len(self.stderr)} lines):\n{text}", "worker")
+        last = next((line.strip() for line in reversed(self.stderr) if line.strip()), "")
+        where = f"; its output is saved to {path}" if path else f"\nworker stderr (last lines):\n{''.join(self.stderr[-30:])}"
+        return f"{what}; its last line: {last}{where}"
 
     def kill(self):
         if self.proc.poll() is None:
@@ -182,31 +205,58 @@ class Worker:
 
 
 class WorkerDied(Exception):
-    pass
+    def __init__(self, message: str, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class IsolatedAdapter:
     """An adapter living in another interpreter; quacks like base.Adapter for the runner and CLI."""
 
-    def __init__(self, python: str, adapter: str, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, python: str, adapter: str, timeout: float = DEFAULT_TIMEOUT,
+                 startup_timeout: float = STARTUP_TIMEOUT):
+        import math
+
         from .declarations import Declarations
 
         from .runner import RunError
 
+        for option, value in (("--case-timeout", timeout), ("--startup-timeout", startup_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise RunError(f"{option} must be a positive number of seconds, got {value!r}")
+        if not Path(python).exists() and os.sep not in python:
+            import shutil
+
+            python = shutil.which(python) or python  # a bare name such as python3.12: look it up on PATH
         if not Path(python).exists():
             raise RunError(f"--python: {python} does not exist")
+        if Path(python).is_dir():
+            raise RunError(f"--python: {python} is a directory; give the interpreter, e.g. {python.rstrip('/')}/bin/python")
         self.python = python
         self.adapter_name = adapter
         self.timeout = timeout
+        self.startup_timeout = startup_timeout
         env = dict(os.environ)
-        probe = subprocess.run([python, "-c", "import pgspec.conformance.isolated"], capture_output=True, env=env)
-        if probe.returncode != 0:
+        if not self._probe(env):
             env["PYTHONPATH"] = _pgspec_path_dir() + os.pathsep + env.get("PYTHONPATH", "")
         self.env = env
         self.worker = None
-        hello = self._request({"op": "hello"}, timeout=STARTUP_TIMEOUT)
-        if not hello.get("ok"):
-            raise RunError(f"adapter {adapter!r} in {python}: the worker could not load it:\n{hello.get('error', '')}")
+        try:
+            hello = self._request({"op": "hello"}, timeout=startup_timeout)
+        except WorkerDied as e:
+            hint = " (is importing the adapter hanging? --startup-timeout sets this limit)" if e.timed_out else ""
+            raise RunError(f"--python {python}: the worker for adapter {adapter!r} failed while starting: {e}{hint}") from None
+        if not isinstance(hello, dict) or not hello.get("ok") or not isinstance(hello.get("adapter"), dict):
+            error = hello.get("error", "") if isinstance(hello, dict) else repr(hello)
+            summary = hello.get("summary") if isinstance(hello, dict) else None
+            if not summary:
+                summary = next((line.strip() for line in reversed(str(error).splitlines()) if line.strip()), "no reason given")
+            from .logs import save
+
+            path = save(f"adapter {adapter!r} in {python}: the worker could not load it\n\n{error}", "worker")
+            self.close()
+            raise RunError(f"--python {python}: the worker could not load adapter {adapter!r}: {summary}"
+                           + (f" (the worker's traceback is saved to {path})" if path else f"\n{error}"))
         info = hello["adapter"]
         self.name = info["name"]
         self.framework = info["framework"]
@@ -219,13 +269,38 @@ class IsolatedAdapter:
         self._available = (info["available"], info["why"])
         self.implementations = {fid: None for fid in self._capabilities}
 
+    def _probe(self, env) -> bool:
+        """Check that ``python`` is a Python >= 3.11 interpreter; True when it can import pgspec itself."""
+        from .runner import RunError
+
+        code = ("import sys; print('pgspec-probe', *sys.version_info[:2], flush=True)\n"
+                "try:\n import pgspec.conformance.isolated\nexcept BaseException:\n sys.exit(1)\n")
+        try:
+            probe = subprocess.run([self.python, "-c", code], capture_output=True, text=True, env=env,
+                                   timeout=self.startup_timeout)
+        except subprocess.TimeoutExpired:
+            raise RunError(f"--python {self.python}: no answer within {self.startup_timeout:g} s of starting "
+                           "(--startup-timeout)") from None
+        except OSError as e:
+            raise RunError(f"--python {self.python}: cannot run it: {e.strerror or e}") from None
+        line = next((x for x in probe.stdout.splitlines() if x.startswith("pgspec-probe ")), None)
+        if line is None:
+            raise RunError(f"--python {self.python}: not a Python interpreter (running it with -c printed no "
+                           f"version; exit code {probe.returncode})")
+        version = tuple(int(v) for v in line.split()[1:3])
+        if version < (3, 11):
+            raise RunError(f"--python {self.python}: Python {version[0]}.{version[1]}; pgspec needs Python 3.11 or newer")
+        return probe.returncode == 0
+
     def _request(self, obj, timeout):
         try:
             if self.worker is None or self.worker.proc.poll() is not None:
                 # a fresh worker imports torch and the framework: that start-up is not the case's time
                 self.worker = Worker(self.python, self.adapter_name, self.env)
                 if obj.get("op") != "hello":
-                    self.worker.request({"op": "hello"}, STARTUP_TIMEOUT)
+                    hello = self.worker.request({"op": "hello"}, self.startup_timeout)
+                    if not hello.get("ok"):
+                        raise WorkerDied(f"a fresh worker could not load the adapter: {hello.get('summary', '')}")
             return self.worker.request(obj, timeout)
         except WorkerDied:
             self.worker = None
@@ -251,7 +326,7 @@ class IsolatedAdapter:
             answer = self._request({"op": "run", "case": case, "dtype": dtype, "device": device}, self.timeout)
             if answer.get("ok"):
                 return CaseResult(**_from_json(answer["result"]))
-            message = answer.get("error", "the worker reported an error")
+            message = _worker_error(answer)
         except WorkerDied as e:
             message = str(e)
         f = REGISTRY[case["formula"]]
@@ -268,7 +343,7 @@ class IsolatedAdapter:
                                    self.timeout * 4)
             if answer.get("ok"):
                 return answer["results"]
-            message = answer.get("error", "the worker reported an error")
+            message = _worker_error(answer)
         except WorkerDied as e:
             message = str(e)
         return [{"property": "prop.all", "formula": "*", "outcome": "error", "message": message, "examples": 0}]
@@ -276,6 +351,16 @@ class IsolatedAdapter:
     def close(self):
         if self.worker is not None:
             self.worker.close()
+
+
+def _worker_error(answer: dict) -> str:
+    """One line for an error the worker reported, with where its traceback is saved."""
+    from .logs import save
+
+    error = str(answer.get("error") or "the worker reported an error")
+    summary = answer.get("summary") or next((x.strip() for x in reversed(error.splitlines()) if x.strip()), error)
+    path = save(error, "worker")
+    return f"the worker raised {summary}" + (f"; its traceback is saved to {path}" if path else f"\n{error}")
 
 
 def _from_json(d: dict) -> dict:

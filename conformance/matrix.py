@@ -64,8 +64,9 @@ def render(reports: list[dict]) -> str:
         "One verdict per formula and framework (spec/verdicts.md): `pass` with the worst error ratio (error / "
         "bound; below 1 passes), `bug (n)` and `convention (n)` with the number of (case, dtype) results a "
         "declared root cause explains, `not applicable` (outside what the framework can express), `unsupported` "
-        "(the framework lacks the formula). Each cell links to the framework's page, which lists every rule "
-        "with its reason and source link.",
+        "(the framework lacks the formula). Each cell links to the formula's conformance section (its "
+        "definition beside every framework's verdict and declared root causes); each framework's own page "
+        "in this folder lists every rule with its reason and source link.",
         "",
         "| framework | version |",
         "|---|---|",
@@ -79,7 +80,7 @@ def render(reports: list[dict]) -> str:
         cells = []
         for name in names:
             v = row.get(name)
-            cells.append(f"[{cell_text(v)}]({name}.md)" if v else "-")
+            cells.append(f"[{cell_text(v)}](#conformance-{fid})" if v else "-")
         lines.append(f"| `{fid}` | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

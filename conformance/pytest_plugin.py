@@ -1,12 +1,14 @@
 """pytest plugin: ``pytest --pgspec-adapter NAME`` runs the golden corpus as parametrized tests.
 
 NAME is a built-in adapter (``torch``) or ``module:object`` for an adapter that lives in the
-user's own repository.  Each (case, dtype) becomes one test whose ID is the case ID and dtype,
-e.g. ``pgspec::kl.k3/two-tokens[float32]``.  pass -> passed; fail, error or stale-deviation ->
-failed (with the first failing element and a repro snippet); a declared bug or convention -> xfailed
-with its reason and link; an unsupported formula or dtype, or a case outside the adapter's declared
-capabilities -> skipped.  Without the option the plugin
-does nothing.
+user's own repository (imported from the current folder).  Each (case, dtype) becomes one test
+whose node ID is ``pgspec::<case ID>[<dtype>]``, e.g. ``pgspec::kl.k3/two-tokens[float32]``; that
+ID, or a prefix of it (``pgspec::kl.k3``, ``pgspec``), passed back on the command line reruns just
+those tests.  pass -> passed; fail, error or stale-deviation -> failed (with the first failing
+element, a repro snippet and the command that reruns the test); a declared bug or convention ->
+xfailed with its reason and link.  Cases of formulas the adapter does not implement, dtypes it does
+not support, and cases outside its declared capabilities are deselected (one summary line says how
+many), not skipped one by one.  Without the option the plugin does nothing.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ import pytest
 def pytest_addoption(parser):
     group = parser.getgroup("pgspec", "pgspec conformance suite")
     group.addoption("--pgspec-adapter", default=None, metavar="NAME",
-                    help="run the pgspec golden corpus against this adapter (built-in name or module:object)")
-    group.addoption("--pgspec-device", default="cpu", choices=("cpu", "cuda"), help="device (default cpu)")
+                    help="run the pgspec golden corpus against this adapter: a built-in name or module:object "
+                         "(the current folder is importable) (default: none, the plugin is off)")
+    group.addoption("--pgspec-device", default="cpu", choices=("cpu", "cuda"), help="device (default: cpu)")
     group.addoption("--pgspec-dtype", default="float64,float32", metavar="DTYPES",
-                    help="comma-separated dtypes (default float64,float32)")
-    group.addoption("--pgspec-formulas", default="*", metavar="GLOB", help="formula or case ID globs")
+                    help="comma-separated dtypes (default: float64,float32)")
+    group.addoption("--pgspec-formulas", default="*", metavar="GLOBS",
+                    help="formula or case ID globs, comma-separated, e.g. 'kl.*,loss.grpo' (default: *)")
 
 
 class PgspecItem(pytest.Item):
@@ -41,7 +45,7 @@ class PgspecItem(pytest.Item):
             self.user_properties.append(("pgspec_error_ratio", result.error_ratio))
         if result.outcome == "pass":
             return
-        if result.outcome in ("unsupported", "not-applicable"):
+        if result.outcome in ("unsupported", "not-applicable"):  # deselected at collection; kept for safety
             pytest.skip(result.message)
         if result.outcome in ("bug", "convention"):
             d = result.declaration
@@ -51,11 +55,12 @@ class PgspecItem(pytest.Item):
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, PgspecFailure):
             r = excinfo.value.result
-            return f"{r.outcome}: {r.case_id} [{r.dtype}]\n{r.message.strip()}\n\nReproduce:\n{r.repro}"
+            return (f"{r.outcome}: {r.case_id} [{r.dtype}]\n{r.message.strip()}\n\n"
+                    f"Rerun this test:\n  {rerun_command(self.config, self.nodeid)}\n\nReproduce in Python:\n{r.repro}")
         return super().repr_failure(excinfo)
 
     def reportinfo(self):
-        return self.path, None, f"pgspec {self.case['id']} [{self.dtype}]"
+        return self.path, None, self.nodeid
 
 
 class PgspecFailure(Exception):
@@ -64,15 +69,67 @@ class PgspecFailure(Exception):
         self.result = result
 
 
+def rerun_command(config, nodeid: str) -> str:
+    import shlex
+
+    parts = ["pytest", "--pgspec-adapter", config.getoption("--pgspec-adapter")]
+    if config.getoption("--pgspec-device") != "cpu":
+        parts += ["--pgspec-device", config.getoption("--pgspec-device")]
+    return " ".join(shlex.quote(p) for p in parts + [nodeid])
+
+
+class PgspecGoldenProblem(pytest.Item):
+    """A corrupted golden family file: one failing test naming it (the other families still run)."""
+
+    def __init__(self, *, problem, **kwargs):
+        super().__init__(**kwargs)
+        self.problem = problem
+
+    def runtest(self):
+        raise PgspecGoldenError(self.problem)
+
+    def repr_failure(self, excinfo):
+        return f"golden file problem (its family is not run): {self.problem}"
+
+    def reportinfo(self):
+        return self.path, None, "pgspec golden corpus"
+
+
+class PgspecGoldenError(Exception):
+    pass
+
+
 class PgspecCollector(pytest.Collector):
     def collect(self):
-        from pgspec.conformance import runner
-
         config = self.config
-        dtypes = [d.strip() for d in config.getoption("--pgspec-dtype").split(",") if d.strip()]
-        for case in runner.select_cases(config.getoption("--pgspec-formulas")):
-            for dtype in dtypes:
+        for k, problem in enumerate(config._pgspec_problems):
+            yield PgspecGoldenProblem.from_parent(self, name=f"golden-problem-{k + 1}", problem=problem)
+        for case in config._pgspec_cases:
+            for dtype in config._pgspec_dtypes:
                 yield PgspecItem.from_parent(self, name=f"{case['id']}[{dtype}]", case=case, dtype=dtype)
+
+
+def _untensorable(case: dict, dtype: str) -> bool:
+    """An expected-error case whose inputs no tensor can hold (a ragged row) is not applicable to
+    a tensor adapter (spec/golden-format.md); the runner says so when it runs it, we deselect it."""
+    if not case.get("expect_error"):
+        return False
+    from pgspec.conformance import runner
+
+    try:
+        runner.to_tensors(case["formula"], runner.case_inputs(case), dtype, "cpu")
+    except Exception:  # noqa: BLE001 - exactly the runner's test in _expect_rejection
+        return True
+    return False
+
+
+def _selected_by_args(nodeid: str, selectors: list[str]) -> bool:
+    """A node ID given back on the command line selects itself and, as a prefix ending at a
+    ``/``, ``[`` or ``::`` boundary, every test under it (``pgspec::kl.k3`` selects all kl.k3 cases)."""
+    for sel in selectors:
+        if nodeid == sel or (nodeid.startswith(sel) and nodeid[len(sel)] in "/[:"):
+            return True
+    return False
 
 
 def pytest_configure(config):
@@ -82,7 +139,9 @@ def pytest_configure(config):
     from pgspec.conformance import runner
     from pgspec.conformance.tolerance import DTYPES
 
-    dtypes = [d.strip() for d in config.getoption("--pgspec-dtype").split(",") if d.strip()]
+    dtypes = list(dict.fromkeys(d.strip() for d in config.getoption("--pgspec-dtype").split(",") if d.strip()))
+    if not dtypes:
+        raise pytest.UsageError(f"--pgspec-dtype: no dtype given; choose from {', '.join(DTYPES)}")
     bad = [d for d in dtypes if d not in DTYPES]
     if bad:
         raise pytest.UsageError(f"--pgspec-dtype: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
@@ -90,17 +149,98 @@ def pytest_configure(config):
         adapter = runner.load_adapter(name)
     except runner.RunError as e:
         raise pytest.UsageError(f"--pgspec-adapter: {e}") from None
-    ok, why = adapter.available()
-    if not ok:
-        raise pytest.UsageError(f"--pgspec-adapter: adapter {name!r} is not available: {why}")
-    ok, why = adapter.device_available(config.getoption("--pgspec-device"))
+    try:
+        ok, why = adapter.available()
+        if not ok:
+            raise pytest.UsageError(f"--pgspec-adapter: adapter {name!r} is not available: {why}")
+        ok, why = adapter.device_available(config.getoption("--pgspec-device"))
+    except pytest.UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's adapter code
+        raise pytest.UsageError(f"--pgspec-adapter: adapter {name!r}: {runner._one_line(e)}") from None
     if not ok:
         raise pytest.UsageError(f"--pgspec-device: {why}")
+    problems: list = []
+    try:
+        cases = runner.select_cases(config.getoption("--pgspec-formulas"), problems=problems)
+    except runner.RunError as e:
+        raise pytest.UsageError(f"--pgspec-formulas: {e}") from None
+    config._pgspec_cases = cases
+    config._pgspec_problems = problems
+    config._pgspec_dtypes = dtypes
     config._pgspec_adapter = adapter
+    config._pgspec_deselected = {}
+
+
+def _take_node_id_args(config):
+    """Command-line arguments naming pgspec tests (``pgspec::kl.k3/two-tokens[float32]``) are no
+    files: take them out of pytest's path arguments and select those tests instead."""
+    ours = [a for a in config.args if a == "pgspec" or a.startswith("pgspec::")]
+    if ours:
+        if not config.getoption("--pgspec-adapter"):
+            raise pytest.UsageError(f"{ours[0]}: pgspec test IDs need --pgspec-adapter NAME")
+        config.args[:] = [a for a in config.args if a not in ours]
+    return ours
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    session.config._pgspec_selectors = _take_node_id_args(session.config)
 
 
 def pytest_collection_modifyitems(session, config, items):
-    if not getattr(config, "_pgspec_adapter", None):
+    adapter = getattr(config, "_pgspec_adapter", None)
+    if adapter is None:
         return
-    collector = PgspecCollector.from_parent(session, name="pgspec")
-    items.extend(collector.collect())
+    selectors = getattr(config, "_pgspec_selectors", [])
+    from pgspec.conformance import runner
+    from pgspec.conformance.runner import RunError
+
+    collector = PgspecCollector.from_parent(session, name="pgspec", nodeid="pgspec")
+    try:
+        collected = list(collector.collect())
+    except RunError as e:
+        raise pytest.UsageError(f"--pgspec-formulas: {e}") from None
+    # reported like any collected node, so that "collected N items / M deselected" adds up
+    config.hook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, collected))
+    implemented = adapter.capabilities()
+    declarations = runner.declarations_of(adapter)
+    kept, unimplemented, no_dtype, outside, unselected = [], [], [], [], []
+    for item in collected:
+        if selectors and not _selected_by_args(item.nodeid, selectors):
+            unselected.append(item)
+        elif item.case["formula"] not in implemented:
+            unimplemented.append(item)
+        elif item.dtype not in adapter.dtypes:
+            no_dtype.append(item)
+        elif declarations.not_applicable(item.case) is not None or _untensorable(item.case, item.dtype):
+            outside.append(item)
+        else:
+            kept.append(item)
+    items.extend(kept)
+    deselected = unimplemented + no_dtype + outside + unselected
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+    config._pgspec_deselected = {
+        "formulas": len({i.case["formula"] for i in unimplemented}), "unimplemented": len(unimplemented),
+        "dtypes": sorted({i.dtype for i in no_dtype}), "no_dtype": len(no_dtype), "kept": len(kept),
+        "outside": len(outside),
+    }
+
+
+def pytest_report_collectionfinish(config, start_path, items):
+    info = getattr(config, "_pgspec_deselected", None)
+    if not info:
+        return None
+    adapter = config._pgspec_adapter
+    parts = []
+    if info["unimplemented"]:
+        parts.append(f"{info['unimplemented']} tests of {info['formulas']} formulas that {adapter.name} "
+                     "does not implement")
+    if info["no_dtype"]:
+        parts.append(f"{info['no_dtype']} tests in dtypes it does not support ({', '.join(info['dtypes'])})")
+    if info["outside"]:
+        parts.append(f"{info['outside']} tests not applicable to it (outside its declared capabilities, or "
+                     "expected-error inputs no tensor can hold)")
+    line = f"pgspec: {info['kept']} tests against {adapter.name} ({adapter.version})"
+    return line + ("; deselected " + " and ".join(parts) if parts else "")

@@ -73,7 +73,7 @@ def print_matrix(summary, adapter, device, dtypes):
     console.print(table)
     bad = _bad(summary)
     for r in bad[:20]:
-        console.print(escape(failure_line(r)), style="red", highlight=False)
+        console.print(escape(failure_line(r)), style="red", highlight=False, soft_wrap=True)
     if len(bad) > 20:
         console.print(f"... and {len(bad) - 20} more (see --report json:PATH)")
     console.print(summary.summary_line(adapter.name), highlight=False, soft_wrap=True)
@@ -216,6 +216,35 @@ def to_markdown(summary, adapter, device, dtypes) -> str:
     return "\n".join(lines) + "\n"
 
 
+CHART_CAP = 1e3      # the chart's axis stops here; larger ratios are drawn as overflow bars
+CHART_FLOOR = 1e-6   # and starts here (a ratio of exactly 0, or below, sits on the floor)
+
+
+def chart_bars(m, dtypes) -> list[dict]:
+    """The bars of the HTML report's chart: one per (family, dtype) that has a worst error ratio.
+
+    ``kind`` is "ok" (ratio <= 1), "over" (1 < ratio <= CHART_CAP), "overflow" (finite and beyond
+    the axis) or "infinite"; overflow and infinite bars reach into the band above the axis and
+    carry their value as a label, so 2e15 and inf never look like 1e3."""
+    bars = []
+    families = sorted(m)
+    for i, fam in enumerate(families):
+        for k, d in enumerate(dtypes):
+            worst = m[fam].get(d, {}).get("worst")
+            if worst is None:
+                continue
+            if not math.isfinite(worst):
+                kind, height, label = "infinite", CHART_CAP * 30, "nan" if math.isnan(worst) else "inf"
+            elif worst > CHART_CAP:
+                kind, height, label = "overflow", CHART_CAP * 10, f"{worst:.1e}"
+            else:
+                kind, height = ("ok" if worst <= 1 else "over"), max(worst, CHART_FLOOR)
+                label = "0" if worst == 0 else ""
+            bars.append({"family": fam, "index": i, "dtype": d, "slot": k, "worst": worst, "kind": kind,
+                         "height": height, "label": label})
+    return bars
+
+
 def _plot_png(summary, dtypes) -> bytes:
     import io
 
@@ -223,27 +252,50 @@ def _plot_png(summary, dtypes) -> bytes:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     m = matrix(summary, dtypes)
     families = sorted(m)
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(families)), 4))
+    bars = chart_bars(m, dtypes)
+    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(families) + 3), 4.6))
     width = 0.8 / max(1, len(dtypes))
-    for k, d in enumerate(dtypes):
-        ys = []
-        for fam in families:
-            worst = m[fam].get(d, {}).get("worst")
-            ys.append(min(worst, 1e3) if worst is not None and math.isfinite(worst) else (1e3 if worst else 0))
-        xs = [i + (k - (len(dtypes) - 1) / 2) * width for i in range(len(families))]
-        ax.bar(xs, [max(y, 1e-6) for y in ys], width, label=d)
-    ax.axhline(1.0, color="red", linestyle="--", linewidth=1, label="bound (error ratio 1)")
+    colors = plt.get_cmap("tab10").colors
+    for b in bars:
+        x = b["index"] + (b["slot"] - (len(dtypes) - 1) / 2) * width
+        color = colors[b["slot"] % len(colors)]
+        if b["kind"] in ("overflow", "infinite"):
+            # drawn to the axis cap in the dtype's colour, then hatched through the overflow band
+            ax.bar(x, CHART_CAP - CHART_FLOOR, width, bottom=CHART_FLOOR, color=color, edgecolor="black", linewidth=0.6)
+            ax.bar(x, b["height"] - CHART_CAP, width, bottom=CHART_CAP, color="white", edgecolor="#b00020",
+                   hatch="////" if b["kind"] == "overflow" else "xxxx", linewidth=1.0)
+        else:
+            ax.bar(x, b["height"] - CHART_FLOOR, width, bottom=CHART_FLOOR, color=color,
+                   edgecolor="#b00020" if b["kind"] == "over" else "none", linewidth=1.0)
+        if b["label"]:
+            ax.annotate(b["label"], (x, b["height"]), xytext=(0, 2), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=7, rotation=90 if len(b["label"]) > 3 else 0,
+                        color="#b00020" if b["kind"] in ("overflow", "infinite") else "black")
+    ax.axhspan(CHART_CAP, CHART_CAP * 1000, color="#fde2e4", zorder=0)
+    ax.axhline(CHART_CAP, color="#b00020", linestyle=":", linewidth=1)
+    ax.axhline(1.0, color="red", linestyle="--", linewidth=1)
     ax.set_yscale("log")
+    ax.set_ylim(CHART_FLOOR, CHART_CAP * 1000)
+    ax.set_xlim(-0.6, max(len(families), 1) - 0.4)
     ax.set_xticks(range(len(families)), families, rotation=30, ha="right")
     ax.set_ylabel("worst error ratio (error / bound)")
-    ax.set_title("worst error ratio per family and dtype")
-    ax.legend(fontsize=8)
+    ax.set_title("worst error ratio per family and dtype (below the dashed line passes)")
+    handles = [Patch(facecolor=colors[k % len(colors)], label=d) for k, d in enumerate(dtypes)]
+    handles += [
+        plt.Line2D([], [], color="red", linestyle="--", label="bound (error ratio 1)"),
+        Patch(facecolor="white", edgecolor="#b00020", hatch="////", label=f"beyond {CHART_CAP:.0e} (value printed)"),
+        Patch(facecolor="white", edgecolor="#b00020", hatch="xxxx", label="infinite (inf or NaN)"),
+    ]
+    # the legend sits outside the axes, right of the bars, so it never covers one
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+              frameon=False)
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
 
@@ -316,6 +368,29 @@ def write(kind, path, summary, adapter, device, dtypes):
         text = to_html(summary, adapter, device, dtypes)
     else:
         raise ValueError(f"report kind must be json, md or html, got {kind!r}")
-    out = Path(path)
+    write_atomic(Path(path), text)
+
+
+def write_atomic(out, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``out``, then rename it over ``out``: a report is
+    either wholly written or not at all (a full disk leaves the previous file, if any, intact)."""
+    import os
+    import tempfile
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

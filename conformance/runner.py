@@ -19,7 +19,9 @@ from functools import lru_cache
 
 from pgspec.reference import REGISTRY
 
-from . import golden, tolerance
+from . import compare, golden
+from .compare import TORCH_DTYPES, to_tensors  # noqa: F401 - the call convention, re-exported
+from .compare import objective as _objective
 
 OUTCOMES = ("pass", "fail", "error", "bug", "convention", "not-applicable", "unsupported", "stale-deviation")
 BAD_OUTCOMES = ("fail", "error", "stale-deviation")
@@ -71,25 +73,81 @@ class CaseResult:
         return d
 
 
+ADAPTER_ATTRIBUTES = ("name", "framework", "version", "dtypes", "devices", "capabilities", "call", "available",
+                      "device_available")
+
+
 def load_adapter(spec: str):
-    """An adapter by built-in name, or ``module:object`` (an Adapter, or a factory returning one)."""
+    """An adapter by built-in name, or ``module:object`` (an Adapter, or a factory returning one).
+
+    Every way this can go wrong (no such module, a module that does not import, a factory that
+    raises, an object that is not an adapter) is a RunError with one line naming the adapter."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise RunError(f"--adapter must be a built-in adapter name or module:object, got {spec!r}")
     target = BUILTIN_ADAPTERS.get(spec, spec)
     if ":" not in target:
         known = ", ".join(sorted(BUILTIN_ADAPTERS))
         raise RunError(f"unknown adapter {spec!r}; built-in adapters: {known}; or give module:object")
     module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise RunError(f"adapter {spec!r}: expected module:object with both parts (e.g. mypkg.adapters:make_adapter)")
+    if spec not in BUILTIN_ADAPTERS:
+        _current_folder_importable()
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise RunError(f"adapter {spec!r}: cannot import {module_name!r}: {e}") from None
+    except SyntaxError as e:
+        raise RunError(f"adapter {spec!r}: cannot import {module_name!r}: syntax error in {e.filename}, "
+                       f"line {e.lineno}: {e.msg}") from None
+    except BaseException as e:  # noqa: BLE001 - user code at import: SystemExit included
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise RunError(f"adapter {spec!r}: importing {module_name!r} raised {_one_line(e)}") from None
     try:
         obj = getattr(module, attr)
     except AttributeError:
         raise RunError(f"adapter {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
-    adapter = obj() if callable(obj) and not hasattr(obj, "implementations") else obj
-    if not hasattr(adapter, "implementations"):
-        raise RunError(f"adapter {spec!r}: {target} is not an adapter")
+    if callable(obj) and not hasattr(obj, "implementations"):
+        try:
+            adapter = obj()
+        except BaseException as e:  # noqa: BLE001 - user code: SystemExit included
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            raise RunError(f"adapter {spec!r}: the factory {attr}() raised {_one_line(e)}") from None
+    else:
+        adapter = obj
+    lacking = [a for a in ADAPTER_ATTRIBUTES if not hasattr(adapter, a)]
+    if not hasattr(adapter, "implementations") or lacking:
+        what = f"it lacks {', '.join(lacking)}" if lacking else "it has no implementations"
+        raise RunError(f"adapter {spec!r}: {target} gave {type(adapter).__name__}, which is not an adapter "
+                       f"(pgspec.adapters.base.Adapter): {what}")
+    LOADED_AS[adapter.name] = spec
     return adapter
+
+
+def _one_line(e: BaseException) -> str:
+    """``TypeName: message`` on one line (SystemExit shows its code)."""
+    if isinstance(e, SystemExit):
+        return f"SystemExit (sys.exit({e.code!r}))"
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+# adapter name -> the spec it was loaded by (``"torch"``, ``"my_module:adapter"``): what a repro
+# snippet passes back to load_adapter, so that it reruns exactly what the user ran.
+LOADED_AS: dict[str, str] = {}
+
+
+def _current_folder_importable() -> None:
+    """``module:object`` adapters import from the current folder, as ``python -m`` would (the
+    ``pgspec`` and ``pytest`` scripts do not put it on sys.path themselves)."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if not any(entry in ("", ".", cwd) for entry in sys.path):
+        sys.path.insert(0, cwd)
 
 
 def check_declarations(adapter) -> None:
@@ -99,17 +157,35 @@ def check_declarations(adapter) -> None:
     from .properties import PROPERTIES
 
     property_ids = [f"{pid}/{fid}" for pid, prop in PROPERTIES.items() for fid in prop.formulas]
+    problems: list = []
     try:
-        declarations_of(adapter).check_against_corpus(golden.load_all(), adapter.dtypes, property_ids)
+        corpus = golden.load_all(problems=problems)
+    except golden.GoldenError as e:
+        raise RunError(f"golden corpus: {e}") from None
+    if problems:  # a partial corpus cannot tell a dead rule; the run reports the corrupted files (exit 2)
+        return
+    try:
+        declarations_of(adapter).check_against_corpus(corpus, adapter.dtypes, property_ids)
     except DeclarationError as e:
         raise RunError(f"adapter {adapter.name!r}: declarations file error:\n{e}") from None
 
 
-def select_cases(formulas: str = "*") -> list[dict]:
+def select_cases(formulas: str = "*", problems: list | None = None) -> list[dict]:
+    """The golden cases whose formula or case ID matches one of the comma-separated globs.
+
+    With ``problems`` (a list), a corrupted golden file does not stop the selection: each is
+    reported there once (file, case, field) and the intact families are selected."""
+    if not isinstance(formulas, str):
+        raise RunError(f"--formulas must be a string of comma-separated globs, got {formulas!r}")
     globs = [g.strip() for g in formulas.split(",") if g.strip()]
-    cases = golden.load_all()
+    if not globs:
+        raise RunError(f"--formulas: no glob given (got {formulas!r}); e.g. --formulas 'kl.*'")
+    try:
+        cases = golden.load_all(problems=problems) if problems is not None else golden.load_all()
+    except golden.GoldenError as e:
+        raise RunError(f"golden corpus: {e}") from None
     chosen = [c for c in cases if any(fnmatch.fnmatchcase(c["formula"], g) or fnmatch.fnmatchcase(c["id"], g) for g in globs)]
-    if not chosen:
+    if not chosen and not (problems and any(fnmatch.fnmatchcase(fid, g.split("/")[0]) for fid in REGISTRY for g in globs)):
         known = ", ".join(sorted(REGISTRY))
         raise RunError(f"no formula or case matches {formulas!r}; formula IDs: {known}")
     return chosen
@@ -124,46 +200,12 @@ def case_inputs(case: dict) -> dict:
     return _inputs_cached(json.dumps({"formula": case["formula"], "inputs": case["inputs"]}, sort_keys=True))
 
 
-TORCH_DTYPES = {"float64": "float64", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
-
-
-def to_tensors(formula_id: str, inputs: dict, dtype: str, device: str):
-    import torch
-
-    f = REGISTRY[formula_id]
-    tdtype = getattr(torch, TORCH_DTYPES[dtype])
-    tensors = {}
-    for name, value in inputs.items():
-        kind = f.input(name).kind
-        if kind == "bool":
-            t = torch.tensor(value, dtype=torch.bool, device=device)
-        elif kind == "int":
-            t = torch.tensor(value, dtype=torch.long, device=device)
-        else:
-            # golden inputs are bfloat16-exact: float64 -> dtype is exact
-            t = torch.tensor(value, dtype=torch.float64, device=device).to(tdtype)
-            if name in f.differentiable:
-                t.requires_grad_(True)
-        tensors[name] = t
-    return tensors
-
-
 def adapter_params(formula_id: str, params: dict) -> dict:
     """Parameters as an adapter receives them: real values as Python floats (a decimal string such
     as "0.28" becomes the nearest binary64, which is what a framework's config holds)."""
     f = REGISTRY[formula_id]
     kinds = {p.name: p.kind for p in f.params}
     return {k: float(v) if kinds.get(k) == "real" and isinstance(v, str) else v for k, v in params.items()}
-
-
-def _objective(out, mask):
-    """Sum of the unmasked elements of the grad_of output (masked ones selected away, never x 0)."""
-    import torch
-
-    if mask is not None and out.dim() >= 2 and tuple(out.shape[:2]) == tuple(mask.shape):
-        m = mask.reshape(mask.shape + (1,) * (out.dim() - 2))
-        out = torch.where(m, out, torch.zeros((), dtype=out.dtype, device=out.device))
-    return out.sum()
 
 
 def _flat_with_paths(x, path=()):
@@ -193,6 +235,133 @@ def _elements(case, key, ref, got_tensor):
         yield path, value, r, flat_scale.get(path)
 
 
+class MalformedOutput(Exception):
+    """An adapter's result that is not what the spec declares (type, shape, dtype): the case's error."""
+
+
+# Real outputs and gradients must be floating tensors of the run's dtype; for the 16-bit storage
+# dtypes the spec's compute dtype (float32, spec/tolerance.md) is accepted as well.
+ACCEPTED_DTYPES = {"float64": ("float64",), "float32": ("float32",), "bfloat16": ("bfloat16", "float32"),
+                   "float16": ("float16", "float32")}
+
+
+def _nested_shape(x) -> tuple:
+    return (len(x),) + (_nested_shape(x[0]) if x else ()) if isinstance(x, list) else ()
+
+
+def _input_dims(f, tensors: dict) -> dict:
+    dims = {}
+    for spec in f.inputs:
+        t = tensors.get(spec.name)
+        if t is None:
+            continue
+        for candidate in spec.shapes:
+            if len(candidate) == t.dim():
+                for sym, n in zip(candidate, t.shape):
+                    if not isinstance(sym, int):
+                        dims.setdefault(sym, int(n))
+                break
+    return dims
+
+
+def _describe_tensor(key: str, got, expected_shape: tuple, dtype: str, real: bool, where: str) -> str | None:
+    import torch
+
+    if not isinstance(got, torch.Tensor):
+        return (f"{where} {key!r} must be a torch.Tensor of shape {list(expected_shape)}, "
+                f"got {type(got).__name__} {_short(got)}")
+    if tuple(got.shape) != tuple(expected_shape):
+        return f"{where} {key!r} must have shape {list(expected_shape)}, got shape {list(got.shape)}"
+    if real:
+        accepted = ACCEPTED_DTYPES.get(dtype, (dtype,))
+        name = str(got.dtype).removeprefix("torch.")
+        if not got.is_floating_point() or name not in accepted:
+            return (f"{where} {key!r} must be a floating tensor of dtype {' or '.join(accepted)} "
+                    f"(the run's dtype is {dtype}), got dtype {name}")
+    return None
+
+
+def _short(x) -> str:
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_outputs(f, case: dict, dtype: str, tensors: dict, out) -> None:
+    """Raise MalformedOutput unless ``out`` is a dict whose outputs (those the case compares and the
+    adapter produced) are tensors of the declared shape and, for real outputs, a floating dtype of
+    the run (ACCEPTED_DTYPES)."""
+    if not isinstance(out, dict):
+        raise MalformedOutput(f"the adapter returned {type(out).__name__} {_short(out)}; expected a dict of "
+                              f"output name -> tensor ({', '.join(o.name for o in f.outputs)})")
+    dims = _input_dims(f, tensors)
+    positions = case.get("positions")
+    for o in f.outputs:
+        if out.get(o.name) is None or o.name not in case["outputs"]:
+            continue
+        ref = case["outputs"][o.name]
+        if positions is not None and tuple(o.shape[:2]) == ("B", "T") and all(s in dims for s in o.shape):
+            expected = tuple(dims[s] for s in o.shape)
+        elif all(isinstance(s, int) or s in dims for s in o.shape):
+            expected = tuple(s if isinstance(s, int) else dims[s] for s in o.shape)
+        else:  # a dimension no input fixes (chunks, segments): the reference's own shape
+            expected = _nested_shape(ref)
+        problem = _describe_tensor(o.name, out[o.name], expected, dtype, o.kind == "real", "output")
+        if problem:
+            raise MalformedOutput(problem + _dims_text(o.shape, dims))
+    if "grad" in out and out["grad"] is not None and not isinstance(out["grad"], dict):
+        raise MalformedOutput(f"the adapter's 'grad' must be a dict of input name -> tensor, got "
+                              f"{type(out['grad']).__name__} {_short(out['grad'])}")
+
+
+def check_grads(f, dtype: str, tensors: dict, grads) -> None:
+    """Raise MalformedOutput unless every gradient has its input's shape and a floating dtype of the run."""
+    for name, g in (grads or {}).items():
+        if name not in tensors or g is None:
+            continue
+        problem = _describe_tensor(f"grad.{name}", g, tuple(tensors[name].shape), dtype, True, "gradient")
+        if problem:
+            raise MalformedOutput(problem + f" (the shape of input {name!r})")
+
+
+def _dims_text(shape: tuple, dims: dict) -> str:
+    named = [f"{s}={dims[s]}" for s in shape if not isinstance(s, int) and s in dims]
+    return f" (spec shape [{','.join(map(str, shape))}] with {', '.join(named)})" if named else ""
+
+
+def float16_inexact(case: dict) -> str:
+    """Why a float16 run cannot take this case ("" when it can).
+
+    Golden inputs are exactly representable in bfloat16, whose exponent range is wider than
+    float16's: a value beyond 65504 becomes inf, and one below float16's subnormals loses
+    precision or becomes 0.  Such a case is not applicable to a float16 run (positions where the
+    mask is false are not read by any formula and are not checked)."""
+    import numpy as np
+
+    f = REGISTRY[case["formula"]]
+    inputs = case_inputs(case)
+    mask = inputs.get(f.mask_input) if f.mask_input else None
+    mask_arr = np.asarray(mask, dtype=bool) if mask is not None else None
+    for name, value in inputs.items():
+        if f.input(name).kind != "real" or value is None:
+            continue
+        try:
+            x = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):  # not a rectangular array of numbers: the run reports it
+            continue
+        with np.errstate(over="ignore", under="ignore"):
+            y = x.astype(np.float16).astype(np.float64)
+        bad = ~((y == x) | (np.isnan(x) & np.isnan(y)))
+        if mask_arr is not None and name != f.mask_input and x.shape[:2] == mask_arr.shape:
+            bad &= mask_arr.reshape(mask_arr.shape + (1,) * (x.ndim - 2))
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            where = "".join(f"[{i}]" for i in idx)
+            became = "inf" if np.isinf(y[idx]) else repr(float(y[idx]))
+            return (f"not applicable to float16: input {name}{where} = {float(x[idx])!r} is exact in bfloat16 but "
+                    f"not in float16 (it becomes {became}); float16's exponent range is narrower than bfloat16's")
+    return ""
+
+
 def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
     f = REGISTRY[case["formula"]]
     result = CaseResult(adapter.name, adapter.version, device, dtype, case["id"], case["formula"], f.family,
@@ -216,6 +385,12 @@ def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
         result.message = outside.reason
         result.declaration = outside.summary()
         return result
+    if dtype == "float16" and not case.get("expect_error"):
+        why = float16_inexact(case)
+        if why:
+            result.outcome = "not-applicable"
+            result.message = why
+            return result
     rule = decl.rule_for(case["id"], case["formula"], dtype, case)
     if case.get("expect_error"):
         return classify(_expect_rejection(adapter, case, dtype, device, result), rule)
@@ -241,6 +416,12 @@ def _expect_rejection(adapter, case, dtype, device, result) -> CaseResult:
         result.outcome = "pass"
         result.message = f"rejected, as the spec requires ({rule}): {type(e).__name__}: {first}"[:500]
         return result
+    except BaseException as e:  # noqa: BLE001 - sys.exit() is a crash, not a rejection: the case's error
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        result.outcome = "error"
+        result.message = traceback.format_exc(limit=8)
+        return result
     result.outcome = "fail"
     names = ", ".join(sorted(out)) if isinstance(out, dict) else type(out).__name__
     result.message = (f"the spec rejects this input ({rule}; the reference says: {want['message']}), but the "
@@ -263,13 +444,21 @@ def _compare_case(adapter, case, dtype, device, result) -> CaseResult:
         tensors = to_tensors(case["formula"], case_inputs(case), dtype, device)
         with torch.enable_grad():
             out = adapter.call(case["formula"], tensors, adapter_params(case["formula"], case["params"]))
+            check_outputs(f, case, dtype, tensors, out)
             grads = out.get("grad")
             diff = [n for n in f.differentiable if n in tensors]
             if grads is None and diff and f.grad_of in out:
                 objective = _objective(out[f.grad_of], tensors.get("mask"))
                 got = torch.autograd.grad(objective, [tensors[n] for n in diff], allow_unused=True)
                 grads = {n: (g if g is not None else torch.zeros_like(tensors[n])) for n, g in zip(diff, got)}
-    except Exception:  # noqa: BLE001 - any crash of the implementation becomes an outcome
+            check_grads(f, dtype, tensors, grads)
+    except MalformedOutput as e:
+        result.outcome = "error"
+        result.message = str(e)
+        return result
+    except BaseException as e:  # noqa: BLE001 - any crash of the implementation (SystemExit too) is an outcome
+        if isinstance(e, KeyboardInterrupt):
+            raise
         result.outcome = "error"
         result.message = traceback.format_exc(limit=8)
         return result
@@ -290,15 +479,19 @@ def _compare_case(adapter, case, dtype, device, result) -> CaseResult:
             result.outcome = "error"
             result.message = f"the adapter returned no {key!r}"
             return result
-        for path, value, r, s in _elements(case, key, ref, got):
-            cmp = tolerance.compare(value, r, s, f.family, dtype)
-            compared += 1
-            if cmp.ratio > worst:
-                worst = cmp.ratio
-                result.error, result.bound, result.error_ratio = cmp.error, cmp.bound, cmp.ratio
-            if not cmp.passed and result.first_failure is None:
-                result.first_failure = {"output": key, "index": list(path), "got": repr(value), "ref": r,
-                                        "error": cmp.error, "bound": cmp.bound, "note": cmp.note}
+        # every element against the tolerance model (conformance/compare.py: vectorized, with the
+        # exact comparison where float64 rounding could flip an outcome); the same result as
+        # ``tolerance.compare`` over ``_elements`` one by one, worst ratio and first failure included
+        res = compare.compare_output(case, key, ref, got, f.family, dtype)
+        compared += res.compared
+        if res.worst is not None and res.worst.ratio > worst:
+            cmp = res.worst
+            worst = cmp.ratio
+            result.error, result.bound, result.error_ratio = cmp.error, cmp.bound, cmp.ratio
+        if res.failure is not None and result.first_failure is None:
+            cmp = res.failure
+            result.first_failure = {"output": key, "index": list(res.failure_path), "got": repr(res.failure_got),
+                                    "ref": res.failure_ref, "error": cmp.error, "bound": cmp.bound, "note": cmp.note}
     result.compared = compared
     if missing:
         result.message = f"outputs not produced by the adapter (not compared): {', '.join(missing)}"
@@ -329,9 +522,12 @@ def classify(result: CaseResult, rule) -> CaseResult:
 
 
 def repro_snippet(adapter: str, case_id: str, dtype: str, device: str) -> str:
+    """Python that reruns one case as the user ran it: the adapter is loaded by the same built-in
+    name or ``module:object`` spec (run it from the folder you ran pgspec in)."""
+    spec = LOADED_AS.get(adapter, adapter)
     return (
         "from pgspec.conformance.runner import load_adapter, load_case, run_case\n"
-        f"adapter = load_adapter({adapter!r})\n"
+        f"adapter = load_adapter({spec!r})\n"
         f"case = load_case({case_id!r})\n"
         f"print(run_case(adapter, case, {dtype!r}, {device!r}))\n"
     )

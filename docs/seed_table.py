@@ -25,7 +25,7 @@ GOLDEN = ROOT / "conformance" / "golden"
 SPEC = ROOT / "spec"
 PAGE = ROOT / "docs" / "seeds.md"
 
-ALLOW_PENDING = True
+ALLOW_PENDING = False
 PENDING = "pending (branch seeds)"
 
 # Pull requests: title line and links (pinned).

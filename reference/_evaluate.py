@@ -24,7 +24,13 @@ def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: 
     (spec/tolerance.md) of every output element, keyed by output name, and of every gradient
     element, keyed ``"grad.<input>"``.
     """
+    if not isinstance(formula_id, str):
+        raise SpecError(f"formula_id must be a formula ID string such as 'kl.k3', got {type(formula_id).__name__} "
+                        f"{formula_id!r}")
     f = get(formula_id)
+    if params is not None and not isinstance(params, dict):
+        raise SpecError(f"{formula_id}: params must be a dict of parameter name -> value (or None), "
+                        f"got {type(params).__name__} {params!r}")
     if not isinstance(dps, int) or isinstance(dps, bool) or dps < 15:
         raise SpecError(f"dps must be an integer >= 15, got {dps!r}")
     if not isinstance(inputs, dict):
@@ -70,9 +76,12 @@ def _flat_items(x):
 
 
 def check_params(f: Formula, params: dict | None) -> dict:
+    if params is not None and not isinstance(params, dict):
+        raise SpecError(f"{f.id}: params must be a dict of parameter name -> value (or None), "
+                        f"got {type(params).__name__} {params!r}")
     params = dict(params or {})
     known = {p.name: p for p in f.params}
-    unknown = sorted(set(params) - set(known))
+    unknown = sorted((k for k in params if k not in known), key=repr)
     if unknown:
         listed = ", ".join(sorted(known)) or "none"
         raise SpecError(f"{f.id}: unknown parameter(s) {unknown}; parameters are: {listed}")
@@ -96,7 +105,7 @@ def convert_inputs(f: Formula, inputs: dict, track_all: bool = False):
     gradients are still reported for the differentiable inputs only.
     """
     names = {i.name for i in f.inputs}
-    unknown = sorted(set(inputs) - names)
+    unknown = sorted((k for k in inputs if k not in names), key=repr)
     if unknown:
         raise SpecError(f"{f.id}: unknown input(s) {unknown}; inputs are: {', '.join(i.name for i in f.inputs)}")
     dims: dict[str, tuple[int, str]] = {}
@@ -162,6 +171,10 @@ def _shape(x, name, fid, path=()):
 
 
 def _match_shape(f, spec, shape, dims):
+    """Match ``shape`` against the input's declared shapes, binding dimension symbols in ``dims``.
+
+    An empty list (shape ``[0]``) is an empty batch: it binds the first dimension to 0 and leaves
+    the others unbound; like any other size it must agree with the other inputs."""
     expected = " or ".join("[" + ",".join(map(str, s)) + "]" for s in spec.shapes)
     for candidate in spec.shapes:
         if len(candidate) != len(shape) and not (shape == (0,) and len(candidate) >= 1):
@@ -171,7 +184,7 @@ def _match_shape(f, spec, shape, dims):
         for sym, n in zip(candidate, shape):
             if isinstance(sym, int):
                 ok = ok and sym == n
-            elif sym in trial and trial[sym][0] != n and not (shape == (0,)):
+            elif sym in trial and trial[sym][0] != n:
                 ok = False
             else:
                 trial.setdefault(sym, (n, spec.name))

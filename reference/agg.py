@@ -191,12 +191,16 @@ def constant(values, mask, divisor, divide_by="K*N", num_sequences=None, count_e
     return _divide(numerator, divisor * n)
 
 
-def prompt_mean(values, mask, group_ids, num_groups=None, group_token_counts=None, count_empty_groups=False):
+def prompt_mean(values, mask, group_ids, num_groups=None, group_token_counts=None, count_empty_groups=False,
+                step_divisor="groups", num_sequences=None):
     """agg.prompt_mean (ScaleRL "prompt average", DAPO Eq. 8 per group):
-    P(q) = (1/N_grp) sum_g [ sum_{i in g} sum_t m_{i,t} q_{i,t} / D_g ],
+    P(q) = (1/Z) sum_g [ sum_{i in g} sum_t m_{i,t} q_{i,t} / D_g ],
     D_g = ``group_token_counts[i]`` for any i in g (global) or sum_{i in g} L_i;
-    N_grp = ``num_groups`` (global) or the number of groups with D_g > 0 (all groups present when
-    ``count_empty_groups``).  A zero denominator gives 0."""
+    Z = N_grp when ``step_divisor`` is 'groups' (the default): N_grp = ``num_groups`` (global) or the
+    number of groups with D_g > 0 (all groups present when ``count_empty_groups``);
+    Z = N_seq when ``step_divisor`` is 'sequences' (slime #2090's step_global_batch_size, which makes
+    the value N_grp/N_seq times the 'groups' value): N_seq = ``num_sequences`` (global) or B, every
+    sequence of the batch, empty or not.  A zero denominator gives 0."""
     fid = _fid("prompt_mean")
     if group_ids is None:
         raise SpecError(f"{fid}: missing input 'group_ids' (expected shape [B])")
@@ -221,11 +225,19 @@ def prompt_mean(values, mask, group_ids, num_groups=None, group_token_counts=Non
         if D[g] < local:
             raise SpecError(f"{fid}: parameter 'group_token_counts' gives group {g} {D[g]} tokens, fewer than the "
                             f"{local} unmasked tokens it has in this batch")
-    local_groups = len(D) if count_empty_groups else sum(1 for d in D.values() if d > 0)
-    n_grp = _global_count(fid, "num_groups", num_groups, local_groups, "number of counted groups")
     per_group = total(
         _divide(total(_masked_row_sum(values, mask[i], i) for i in rows), D[g]) for g, rows in members.items()
     )
+    if step_divisor == "sequences":
+        if num_groups is not None:
+            raise SpecError(f"{fid}: parameter 'num_groups' has no meaning with step_divisor='sequences' (the step sum "
+                            f"is divided by the sequence count num_sequences); it must be null")
+        n_seq = _global_count(fid, "num_sequences", num_sequences, len(mask), "number of sequences")
+        return _divide(per_group, n_seq)
+    if num_sequences is not None:
+        raise SpecError(f"{fid}: parameter 'num_sequences' applies only to step_divisor='sequences'; it must be null")
+    local_groups = len(D) if count_empty_groups else sum(1 for d in D.values() if d > 0)
+    n_grp = _global_count(fid, "num_groups", num_groups, local_groups, "number of counted groups")
     return _divide(per_group, n_grp)
 
 
@@ -412,6 +424,12 @@ def constant_formula(values, mask, *, divisor, divide_by, num_sequences, count_e
                          "(all shards); null: count this batch"),
         Param("count_empty_groups", False, kind="bool",
               doc="whether groups with no unmasked token count in the local group count (ignored when num_groups is given)"),
+        Param("step_divisor", "groups", kind="choice", choices=("groups", "sequences"),
+              doc="what the sum of the per-group token means is divided by: groups: N_grp (DAPO Eq. 8, ScaleRL, the "
+                  "final slime #2090 text); sequences: the sequence count N_seq (slime #2090's commits: "
+                  "step_global_batch_size, i.e. N_grp/N_seq times the 'groups' value)"),
+        _count_param("num_sequences", "N_seq for step_divisor='sequences': the number of sequences (samples) over the "
+                                      "whole step (slime step_global_batch_size); null: B, every sequence of this batch"),
     ),
     outputs=OUT,
     differentiable=("values",),
@@ -423,9 +441,11 @@ def constant_formula(values, mask, *, divisor, divide_by, num_sequences, count_e
         "slime PR #2090 (unmerged) --loss-aggregation prompt_mean (prompt_mask_sums)",
     ),
 )
-def prompt_mean_formula(values, mask, group_ids, *, num_groups, group_token_counts, count_empty_groups):
+def prompt_mean_formula(values, mask, group_ids, *, num_groups, group_token_counts, count_empty_groups,
+                        step_divisor, num_sequences):
     """agg.prompt_mean: see ``prompt_mean``."""
-    return {"value": prompt_mean(values, mask, group_ids, num_groups, group_token_counts, count_empty_groups)}
+    return {"value": prompt_mean(values, mask, group_ids, num_groups, group_token_counts, count_empty_groups,
+                                 step_divisor, num_sequences)}
 
 
 @formula(
@@ -488,7 +508,10 @@ def full_denominators(aggregator, mask, group_ids, document_ids, params):
             for g, li in zip(group_ids, L):
                 sums[g] = sums.get(g, 0) + li
             p["group_token_counts"] = [sums[g] for g in group_ids]
-        if p["num_groups"] is None:
+        if p["step_divisor"] == "sequences":
+            if p["num_sequences"] is None:
+                p["num_sequences"] = len(mask)
+        elif p["num_groups"] is None:
             counts = {g: c for g, c in zip(group_ids, p["group_token_counts"])}
             p["num_groups"] = len(counts) if p["count_empty_groups"] else sum(1 for c in counts.values() if c > 0)
     elif aggregator == "agg.document_mean":
@@ -525,6 +548,6 @@ DENOMINATOR_PARAMS = {
     "agg.sample_mean": ("num_sequences", "sequence_token_counts"),
     "agg.seq_mean_token_sum": ("num_sequences",),
     "agg.constant": ("num_sequences",),
-    "agg.prompt_mean": ("num_groups", "group_token_counts"),
+    "agg.prompt_mean": ("num_groups", "group_token_counts", "num_sequences"),
     "agg.document_mean": ("num_documents", "document_token_counts"),
 }

@@ -80,11 +80,13 @@ def zigzag_rank(position, chunk_size, cp_size):
     return k if k < cp_size else 2 * cp_size - 1 - k
 
 
-def cp_owner_map(mask, cp_size, layout, ownership, sequence_lengths, fid="dist.cp_split"):
+def cp_owner_map(mask, cp_size, layout, ownership, sequence_lengths, fid="dist.cp_split", max_seq_len=None):
     """(rank [B,T], chunk [B,T], chunk_size [B]) of the zig-zag split; None at masked positions.
 
     Sequence i occupies positions 0..n_i-1 (n_i from ``sequence_lengths`` or 1 + its last unmasked
-    position).  Chunk size: thd c_i = ceil(n_i / 2C); bshd c = ceil(T / 2C) for every row.  The
+    position).  Chunk size: thd c_i = ceil(n_i / 2C); bshd c = ceil(S / 2C) for every row, with
+    S = ``max_seq_len`` (slime: the micro-batch's maximum length, rounded up to its pad multiple) or
+    the padded width T when null.  The
     value at position t is owned by the rank holding position t ("position") or t - 1 ("logit": the
     logit at t - 1 predicts token t, slime's rule).
     """
@@ -102,7 +104,13 @@ def cp_owner_map(mask, cp_size, layout, ownership, sequence_lengths, fid="dist.c
                 f"{fid}: parameter 'sequence_lengths'[{i}] = {n} must lie in [{last}, {T}] (it must cover the "
                 f"sequence's unmasked positions and fit in the padded width T={T})"
             )
-        c = ceil_div(n, 2 * cp_size) if layout == "thd" else ceil_div(T, 2 * cp_size)
+        if layout == "thd":
+            c = ceil_div(n, 2 * cp_size)
+        else:
+            if max_seq_len is not None and max_seq_len < n:
+                raise SpecError(f"{fid}: parameter 'max_seq_len' = {max_seq_len} is shorter than sequence {i} "
+                                f"(length {n}); it must be at least every sequence's length")
+            c = ceil_div(T if max_seq_len is None else max_seq_len, 2 * cp_size)
         sizes.append(c)
         rank_row, chunk_row = [None] * T, [None] * T
         for t in ts:
@@ -120,6 +128,12 @@ def cp_owner_map(mask, cp_size, layout, ownership, sequence_lengths, fid="dist.c
     return ranks, chunks, sizes
 
 
+def _check_max_seq_len(fid, layout, max_seq_len):
+    if max_seq_len is not None and layout != "bshd":
+        raise SpecError(f"{fid}: parameter 'max_seq_len' applies only to layout='bshd' (thd cuts each sequence by its "
+                        f"own length); it must be null")
+
+
 def _cp_params():
     return (
         Param("cp_size", 2, kind="int", lo=1, doc="C, the number of context-parallel ranks"),
@@ -131,6 +145,9 @@ def _cp_params():
         agg.IntListParam("sequence_lengths", None, kind="int_list", nullable=True,
                          doc="n_i, the length of each sequence (prompt + response) in the thd layout; null: 1 + the "
                              "last unmasked position"),
+        Param("max_seq_len", None, kind="int", lo=1, nullable=True,
+              doc="bshd only: S, the length every row is cut by, c = ceil(S / 2C) (slime PR #2060 max_seq_lens: the "
+                  "maximum total length, rounded up to TP x data_pad_size_multiplier); null: the padded width T"),
     )
 
 
@@ -151,10 +168,12 @@ def _cp_params():
         "Megatron-LM megatron/rl/rl_utils.py _scatter_for_context_parallel (TE thd_get_partitioned_indices)",
     ),
 )
-def cp_split(mask, *, cp_size, layout, ownership, sequence_lengths):
+def cp_split(mask, *, cp_size, layout, ownership, sequence_lengths, max_seq_len):
     """dist.cp_split:  rank(i, t) = k if k < C else 2C - 1 - k,  k = floor(p / c_i),
-    p = t - 1 (ownership "logit") or t ("position"),  c_i = ceil(n_i / 2C) (thd) or ceil(T / 2C) (bshd)."""
-    ranks, chunks, sizes = cp_owner_map(mask, cp_size, layout, ownership, sequence_lengths)
+    p = t - 1 (ownership "logit") or t ("position"),  c_i = ceil(n_i / 2C) (thd) or ceil(S / 2C) (bshd),
+    S = max_seq_len or the padded width T."""
+    _check_max_seq_len("dist.cp_split", layout, max_seq_len)
+    ranks, chunks, sizes = cp_owner_map(mask, cp_size, layout, ownership, sequence_lengths, max_seq_len=max_seq_len)
     per_rank = [0] * cp_size
     for row in ranks:
         for r in row:
@@ -180,7 +199,7 @@ def cp_split(mask, *, cp_size, layout, ownership, sequence_lengths):
         "slime PR #2060 (unmerged) --pg-loss-divisor: cp=2 rank-sum tests for thd and bshd",
     ),
 )
-def cp_reduce(values, mask, group_ids, document_ids, *, cp_size, layout, ownership, sequence_lengths,
+def cp_reduce(values, mask, group_ids, document_ids, *, cp_size, layout, ownership, sequence_lengths, max_seq_len,
               aggregator, agg_params):
     """dist.cp_reduce:  R_r = A(q restricted to Omega_r; denominators of the full mask),  r = 0..C-1,
     with Omega_r the tokens dist.cp_split gives rank r and A the chosen aggregator;
@@ -188,7 +207,8 @@ def cp_reduce(values, mask, group_ids, document_ids, *, cp_size, layout, ownersh
     fid = "dist.cp_reduce"
     _require_ids(fid, aggregator, group_ids, document_ids)
     p = _checked_agg_params(fid, aggregator, agg_params)
-    ranks, _, _ = cp_owner_map(mask, cp_size, layout, ownership, sequence_lengths, fid)
+    _check_max_seq_len(fid, layout, max_seq_len)
+    ranks, _, _ = cp_owner_map(mask, cp_size, layout, ownership, sequence_lengths, fid, max_seq_len)
     full = agg.full_denominators(aggregator, mask, group_ids, document_ids, p)
     partials = []
     for r in range(cp_size):
@@ -266,6 +286,70 @@ def accumulate(values, mask, group_ids, document_ids, *, micro_batch_sizes, aggr
         naive.append(agg.apply(aggregator, *sub, local) / M)
     return {"contributions": contributions, "total": total(contributions),
             "naive_contributions": naive, "naive": total(naive)}
+
+
+# Fast-LLM docs_per_step: accumulate micro-batches up to a document-count target ------------------
+FASTLLM_DOCS = ("Fast-LLM PR #502 (head 227f8bc1) fast_llm/engine/training/trainer.py _prefetch_to_doc_target "
+                "(num_documents_in_batch reset to the step total on every micro-batch)")
+
+
+@formula(
+    "dist.docs_per_step",
+    title="Fast-LLM docs_per_step: micro-batches accumulated until a document target, each divided by the step's documents",
+    inputs=(VALUES, MASK, agg.DOCUMENT_IDS),
+    params=(
+        Param("docs_per_step", 1, kind="int", lo=1,
+              doc="the target document count per optimizer step (Fast-LLM schedule.docs_per_step > 0)"),
+        agg.IntListParam("micro_batch_sizes", None, kind="int_list", nullable=True,
+                         doc="sizes (in rows, >= 1, summing to B) of the consecutive micro-batches of the data stream; "
+                             "null: one row per micro-batch"),
+    ),
+    outputs=(
+        Output("micro_batches", (), kind="int", doc="K, the number of micro-batches fetched: the first K whose "
+                                                    "document counts reach docs_per_step"),
+        Output("num_documents", (), kind="int", doc="D = sum_{k<K} D_k, the step total (>= docs_per_step; it can "
+                                                    "overshoot)"),
+        Output("contributions", ("M",), doc="c_k = sum over micro-batch k's unmasked tokens of q / D for k < K; null "
+                                            "for the micro-batches not fetched"),
+        scalar_output("total", "sum_{k<K} c_k, the step's loss: the fetched tokens' sum divided by D"),
+    ),
+    differentiable=("values",),
+    grad_of="total",
+    references=(FASTLLM_DOCS, "Fast-LLM PR #502 fast_llm/engine/schedule/config.py ScheduleConfig.docs_per_step"),
+)
+def docs_per_step(values, mask, document_ids, *, docs_per_step, micro_batch_sizes):
+    """dist.docs_per_step:  D_k = number of distinct document ids among micro-batch k's unmasked tokens,
+    K = min{k : sum_{j<=k} D_j >= docs_per_step} + 1,  D = sum_{j<K} D_j,
+    c_k = sum_{(i,t) in k} m_{i,t} q_{i,t} / D (k < K),  total = sum_{k<K} c_k.
+
+    A document must lie in one micro-batch; if the whole stream holds fewer than docs_per_step
+    documents the step cannot be formed (an error)."""
+    fid = "dist.docs_per_step"
+    batches = micro_batches(fid, micro_batch_sizes, len(mask))
+    owner: dict[int, int] = {}
+    per_batch = []
+    for k, rows in enumerate(batches):
+        ids = {document_ids[i][t] for i in rows for t in positions(mask[i])}
+        for d in ids:
+            if d in owner and owner[d] != k:
+                raise SpecError(f"{fid}: input 'document_ids': document {d} spans micro-batches {owner[d]} and {k}; "
+                                f"a micro-batch holds whole documents")
+            owner[d] = k
+        per_batch.append(len(ids))
+    running, K = 0, None
+    for k, n in enumerate(per_batch):
+        running += n
+        if running >= docs_per_step:
+            K = k + 1
+            break
+    if K is None:
+        raise SpecError(f"{fid}: parameter 'docs_per_step' = {docs_per_step} exceeds the {running} documents of the "
+                        f"whole input; the step never reaches its target")
+    D = sum(per_batch[:K])
+    contributions = [total(values[i][t] for i in rows for t in positions(mask[i])) / D if k < K else None
+                     for k, rows in enumerate(batches)]
+    return {"micro_batches": K, "num_documents": D, "contributions": contributions,
+            "total": total(c for c in contributions if c is not None)}
 
 
 # Fast-LLM sequence-data-parallel GSPO segment sums ------------------------------------------------

@@ -141,7 +141,8 @@ def _truncate_params():
                   "NeMo-RL truncated_importance_sampling_ratio_min, slime --tis-clip-low); null: no lower bound"),
         Param("c_max", 2.0, lo=0, lo_open=True, nullable=True,
               doc="upper bound C_max of the weight (the TIS cap C; the blog prescribes none, 2.0 is the "
-                  "verl DAPO recipe's value); null: no upper bound"),
+                  "verl DAPO recipe's value); null: no upper bound (both null: the untruncated weight rho, "
+                  "NeMo-RL use_importance_sampling_correction / PR #2269)"),
         _clamp_param(),
     )
 
@@ -156,9 +157,12 @@ def _mask_params():
     )
 
 
-def _check_bounds(fid, lo_name, lo, hi_name, hi):
-    require(lo is not None or hi is not None,
-            f"{fid}: at least one of the parameters {lo_name!r} and {hi_name!r} must be set, got both null")
+def _check_bounds(fid, lo_name, lo, hi_name, hi, untruncated_ok=False):
+    """Both bounds null is the untruncated weight for the truncate modes (untruncated_ok); a mask
+    with no band would keep everything, so a mask needs at least one bound."""
+    require(untruncated_ok or lo is not None or hi is not None,
+            f"{fid}: at least one of the parameters {lo_name!r} and {hi_name!r} must be set, got both null "
+            f"(the untruncated weight is the truncate mode with both bounds null)")
     require(lo is None or hi is None or lo <= hi,
             f"{fid}: parameter {lo_name!r} must be <= {hi_name!r}, got {lo_name}={mp.nstr(lo, 15)} "
             f"and {hi_name}={mp.nstr(hi, 15)}")
@@ -214,7 +218,7 @@ def _map(nested, fn):
 def token_truncate(old_logprobs, sampler_logprobs, mask, *, c_min, c_max, log_ratio_clamp):
     """is.token.truncate:  rho_{i,t} = exp(clip(l^old_{i,t} - l^mu_{i,t}, -c, c)),
     w_{i,t} = clip(rho_{i,t}, C_min, C_max)   (a null bound is open; no clip when c is null)."""
-    _check_bounds("is.token.truncate", "c_min", c_min, "c_max", c_max)
+    _check_bounds("is.token.truncate", "c_min", c_min, "c_max", c_max, untruncated_ok=True)
     rho = _token_ratios(old_logprobs, sampler_logprobs, mask, log_ratio_clamp)
     return {"weight": _map(rho, lambda r: truncate_weight(r, c_min, c_max)), "ratio": rho}
 
@@ -252,7 +256,7 @@ def token_mask(old_logprobs, sampler_logprobs, mask, *, c_min, c_max, log_ratio_
 def sequence_truncate(old_logprobs, sampler_logprobs, mask, *, c_min, c_max, log_ratio_clamp):
     """is.sequence.truncate:  rho_i = exp(clip(sum_t m_{i,t} (l^old_{i,t} - l^mu_{i,t}), -c, c)),
     w_i = clip(rho_i, C_min, C_max),  w_{i,t} = w_i at every unmasked token of sequence i."""
-    _check_bounds("is.sequence.truncate", "c_min", c_min, "c_max", c_max)
+    _check_bounds("is.sequence.truncate", "c_min", c_min, "c_max", c_max, untruncated_ok=True)
     rho = _sequence_ratios(sequence_log_weight, old_logprobs, sampler_logprobs, mask, log_ratio_clamp)
     w = [truncate_weight(r, c_min, c_max) for r in rho]
     return {"weight": _broadcast(mask, w), "seq_weight": w, "seq_ratio": rho}
@@ -292,7 +296,7 @@ def sequence_mask(old_logprobs, sampler_logprobs, mask, *, c_min, c_max, log_rat
 def geometric_truncate(old_logprobs, sampler_logprobs, mask, *, c_min, c_max, log_ratio_clamp):
     """is.geometric.truncate:  rho_i = exp(clip((1/L_i) sum_t m_{i,t} (l^old_{i,t} - l^mu_{i,t}), -c, c)),
     w_i = clip(rho_i, C_min, C_max),  broadcast;  L_i = 0 gives rho_i = 1."""
-    _check_bounds("is.geometric.truncate", "c_min", c_min, "c_max", c_max)
+    _check_bounds("is.geometric.truncate", "c_min", c_min, "c_max", c_max, untruncated_ok=True)
     rho = _sequence_ratios(geometric_log_weight, old_logprobs, sampler_logprobs, mask, log_ratio_clamp)
     w = [truncate_weight(r, c_min, c_max) for r in rho]
     return {"weight": _broadcast(mask, w), "seq_weight": w, "seq_ratio": rho}

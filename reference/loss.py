@@ -51,7 +51,7 @@ from .kl import (
     ESTIMATORS, clamp_value, clamped_estimate, importance_weighted_k3, k3, log_ratio, straight_through,
 )
 from .mask import entropy_keep, linear_quantile, opsm_keep, opsm_statistic, sequence_advantage
-from .ratio import clamp_log_ratio
+from .ratio import clamp_log_ratio, clamped_mean_log_ratio
 from .surrogate import (
     cispo_loss, cispo_weight, gmpo_clipped_log_ratio, ppo_clip_loss, sapo_gate, sapo_tau, token_ratio,
     vespo_log_weight, vespo_phi,
@@ -183,6 +183,9 @@ def _option_params(beta=0.0):
         Param("opsm_delta", None, lo=0, nullable=True,
               doc="DeepSeek-V3.2 OPSM threshold delta: drop sequence i iff A_i < 0 and mean_t (l^mu - l) > delta "
                   "(null: off); needs sampler_logprobs"),
+        Param("opsm_advantage_gate", "sequence_mean", kind="choice", choices=("sequence_mean", "token"),
+              doc="mask.opsm advantage_gate: sequence_mean gates the whole sequence on its mean advantage (slime#1917 "
+                  "fix); token drops each token with A_{i,t} < 0 (the literal DeepSeek-V3.2 Eq. 9, slime 624b824a)"),
         Param("entropy_quantile", None, lo=0, hi=1, nullable=True,
               doc="rho of mask.entropy_quantile: keep tokens whose entropy is >= the (1 - rho) linear quantile of "
                   "the batch's unmasked entropies (null: off; TRL top_entropy_quantile); needs entropy"),
@@ -196,12 +199,16 @@ def _option_params(beta=0.0):
         Param("kl_output_max", None, nullable=True, doc="KL output clamp: upper bound on the estimate (verl k3: 10; null: none)"),
         Param("kl_sg_ratio_where_clamped", True, kind="bool",
               doc="k3_unbiased only: stop the ratio's gradient where the KL input clamp is active (NeMo-RL PR #2958)"),
+        Param("kl_aggregation", "policy", kind="choice", choices=("policy", "sample_mean", "token_mean"),
+              doc="how the KL term is aggregated: policy: inside the term, with the recipe's aggregator (DeepSeekMath "
+                  "Eq. 3); sample_mean / token_mean: separately, loss = Agg(policy part) + beta agg.<kl_aggregation>(kl) "
+                  "(slime --loss-aggregation changes only pg_loss; its KL keeps the sample mean)"),
     )
 
 
-OPTION_NAMES = ("is_level", "is_mode", "is_c_min", "is_c_max", "is_log_ratio_clamp", "opsm_delta",
+OPTION_NAMES = ("is_level", "is_mode", "is_c_min", "is_c_max", "is_log_ratio_clamp", "opsm_delta", "opsm_advantage_gate",
                 "entropy_quantile", "beta", "kl_estimator", "kl_log_ratio_min", "kl_log_ratio_max",
-                "kl_output_min", "kl_output_max", "kl_sg_ratio_where_clamped")
+                "kl_output_min", "kl_output_max", "kl_sg_ratio_where_clamped", "kl_aggregation")
 
 
 def _eps(name, default, doc, hi=None):
@@ -247,9 +254,10 @@ def _check_inputs(fid, opts, *, sampler_logprobs, ref_logprobs, group_ids, entro
         raise SpecError(f"{fid}: input 'entropy' was given but entropy_quantile is null; set it or leave it out")
     if opts["is_level"] != "none":
         lo, hi = opts["is_c_min"], opts["is_c_max"]
-        require(lo is not None or hi is not None,
+        require(opts["is_mode"] == "truncate" or lo is not None or hi is not None,
                 f"{fid}: at least one of the parameters 'is_c_min' and 'is_c_max' must be set when is_level="
-                f"{opts['is_level']!r}, got both null")
+                f"{opts['is_level']!r} and is_mode='mask', got both null (the untruncated weight is is_mode="
+                f"'truncate' with both bounds null)")
         require(lo is None or hi is None or lo <= hi,
                 f"{fid}: parameter 'is_c_min' must be <= 'is_c_max', got is_c_min={mp.nstr(lo, 15)} and "
                 f"is_c_max={mp.nstr(hi, 15)}")
@@ -277,17 +285,20 @@ def _is_weights(opts, old_logprobs, sampler_logprobs, mask):
 
 
 def _opsm_keep(opts, logprobs, sampler_logprobs, advantages, mask):
-    """M^opsm_i (mask.opsm): the statistic uses sg[l] (a decision carries no gradient)."""
+    """M^opsm (mask.opsm) as a function (i, t) -> bool: the statistic uses sg[l] (a decision carries no
+    gradient); the gate is the sequence-mean advantage or, with opsm_advantage_gate 'token', A_{i,t}."""
     delta = opts["opsm_delta"]
     if delta is None:
         return None
-    keep = []
+    kappas, keep = [], []
     for i, row in enumerate(mask):
         ts = positions(row)
         values = {t: value_of(logprobs[i][t]) for t in ts}
-        kappa = opsm_statistic(values, sampler_logprobs[i], ts)
-        keep.append(opsm_keep(sequence_advantage(advantages[i], ts), kappa, delta))
-    return keep
+        kappas.append(opsm_statistic(values, sampler_logprobs[i], ts))
+        keep.append(opsm_keep(sequence_advantage(advantages[i], ts), kappas[-1], delta))
+    if opts["opsm_advantage_gate"] == "token":
+        return lambda i, t: opsm_keep(token_adv(advantages, i, t), kappas[i], delta)
+    return lambda i, t: keep[i]
 
 
 def _entropy_keep(fid, opts, entropy, mask):
@@ -343,24 +354,33 @@ def compose(fid, *, logprobs, old_logprobs, mask, advantages, sampler_logprobs, 
     keep_tok = _entropy_keep(fid, opts, entropy, mask)
     kl = _kl_term(opts, logprobs, old_logprobs, ref_logprobs)
     beta = opts["beta"]
-    terms = []
+    separate_kl = kl is not None and opts["kl_aggregation"] != "policy"
+    terms, policy_terms, kl_terms = [], [], []
     for i, row in enumerate(mask):
         ts = positions(row)
         pg = policy_row(i, ts) if ts else []
         out = [None] * len(row)
+        pol, kls = [None] * len(row), [None] * len(row)
         for t, p in zip(ts, pg):
             factor = 1
-            if keep_seq is not None and not keep_seq[i]:
+            if keep_seq is not None and not keep_seq(i, t):
                 factor = 0
             elif keep_tok is not None and not keep_tok[i][t]:
                 factor = 0
             elif w_is is not None:
                 factor = w_is(i, t)
             term = p if factor == 1 else (mpf(0) if factor == 0 else p * factor)
+            pol[t] = term
             if kl is not None:
-                term = term + kl(i, t) * beta
+                kls[t] = kl(i, t)
+                term = term + kls[t] * beta
             out[t] = term
         terms.append(out)
+        policy_terms.append(pol)
+        kl_terms.append(kls)
+    if separate_kl:  # loss = Agg(M sg[w] pg) + beta * agg.<kl_aggregation>(kl)
+        kl_agg = _agg.sample_mean if opts["kl_aggregation"] == "sample_mean" else _agg.token_mean
+        return {"loss": aggregate(policy_terms, mask) + kl_agg(kl_terms, mask) * beta, "terms": terms}
     return {"loss": aggregate(terms, mask), "terms": terms}
 
 
@@ -394,11 +414,16 @@ def _ppo_row(logprobs, old_logprobs, advantages, eps_low, eps_high, log_ratio_cl
     return row
 
 
-def _gspo_seq(logprobs, old_logprobs, advantages, eps_low, eps_high, log_ratio_max):
+def _gspo_seq(logprobs, old_logprobs, advantages, eps_low, eps_high, log_ratio_max, log_ratio_clamp=None):
     """surrogate.gspo's per-sequence loss max(-A s, -A clip(s, 1-eps_low, 1+eps_high)),
-    s = exp(min(mean_t (l - l_old), c)) (ratio.sequence_geometric)."""
-    return lambda i, ts: ppo_clip_loss(exp(clip(mean_log_ratio(logprobs[i], old_logprobs[i], ts), None, log_ratio_max)),
-                                       advantages[i], eps_low, eps_high)
+    s = exp(min(mean_t clip(l - l_old, -k, k), c)) (ratio.sequence_geometric; the fused mean node
+    when there is no per-token clamp k)."""
+    def mean(i, ts):
+        if log_ratio_clamp is None:
+            return mean_log_ratio(logprobs[i], old_logprobs[i], ts)
+        return clamped_mean_log_ratio(logprobs[i], old_logprobs[i], ts, log_ratio_clamp)
+
+    return lambda i, ts: ppo_clip_loss(exp(clip(mean(i, ts), None, log_ratio_max)), advantages[i], eps_low, eps_high)
 
 
 COMMON_INPUTS_TOKEN_ADV = (LOGPROBS, OLD_LOGPROBS, MASK, ADV_SEQ_OR_TOKEN, SAMPLER_OPTIONAL, REF_OPTIONAL,
@@ -533,7 +558,10 @@ def bnpo(logprobs, old_logprobs, mask, advantages, sampler_logprobs, ref_logprob
         _eps("eps_low", 3e-4, "left clip range of s_i (GSPO v2 section 5.1: 3e-4)", hi=1),
         _eps("eps_high", 4e-4, "right clip range of s_i (GSPO v2 section 5.1: 4e-4)"),
         Param("log_ratio_max", None, nullable=True,
-              doc="if set to c, log s_i is capped from above at c before exp (verl 10; null: no cap)"),
+              doc="placement 'on the mean': if set to c, log s_i is capped from above at c before exp (verl 10; null: no cap)"),
+        Param("log_ratio_clamp", None, lo=0, lo_open=True, nullable=True,
+              doc="placement 'per token, before the mean': if set to k, each token log-ratio l - l_old is clamped to "
+                  "[-k, k] before the sequence mean (Liger-Kernel fork PR #4: 20; null: none)"),
     ) + _option_params(),
     outputs=OUTPUTS,
     differentiable=("logprobs",),
@@ -543,7 +571,7 @@ def bnpo(logprobs, old_logprobs, mask, advantages, sampler_logprobs, ref_logprob
                 VERL + " compute_policy_loss_gspo, loss_agg_mode='seq-mean-token-mean'"),
 )
 def gspo(logprobs, old_logprobs, mask, advantages, sampler_logprobs, ref_logprobs, group_ids, entropy, *,
-         eps_low, eps_high, log_ratio_max, **options):
+         eps_low, eps_high, log_ratio_max, log_ratio_clamp, **options):
     """loss.gspo:  loss = S(term),  term_{i,t} = M sg[w] l^GSPO_i + beta kl,
     l^GSPO_i = max(-A_i s_i, -A_i clip(s_i, 1 - eps_low, 1 + eps_high)),  s_i = exp(mean_t (l - l_old));
     with no token factor and beta = 0, loss = (1/N) sum_i l^GSPO_i (GSPO Eq. 5)."""
@@ -551,7 +579,7 @@ def gspo(logprobs, old_logprobs, mask, advantages, sampler_logprobs, ref_logprob
                    sampler_logprobs=sampler_logprobs, ref_logprobs=ref_logprobs, group_ids=group_ids, entropy=entropy,
                    opts=_opts(options),
                    policy_row=_sequence_broadcast(_gspo_seq(logprobs, old_logprobs, advantages, eps_low, eps_high,
-                                                            log_ratio_max)),
+                                                            log_ratio_max, log_ratio_clamp)),
                    aggregate=_agg.sample_mean)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from mpmath import mp, mpf
 
 from ._ad import exp, total
-from ._common import ADV_SEQ_OR_TOKEN, MASK, SAMPLER_LOGPROBS, positions, require, seq_output
+from ._common import ADV_SEQ_OR_TOKEN, MASK, SAMPLER_LOGPROBS, positions, require, seq_output, token_adv
 from ._registry import Input, Output, Param, formula
 
 DEEPSEEK_V32 = "DeepSeek-AI 2025, DeepSeek-V3.2, arXiv:2512.02556, section 3.1 Eq. 8-9 (off-policy sequence masking)"
@@ -170,6 +170,11 @@ def geometric_sequence(old_logprobs, logprobs, sampler_logprobs, mask, *, numera
         Param("delta", 0.5, lo=0,
               doc="threshold on the mean log-ratio sampler over current; the paper gives no value, "
                   "0.5 is the value TRL's documentation suggests (slime default 1e-4)"),
+        Param("advantage_gate", "sequence_mean", kind="choice", choices=("sequence_mean", "token"),
+              doc="which advantage gates the drop when advantages are per token [B,T]: sequence_mean: the mean "
+                  "A_i over the unmasked tokens, one decision per sequence (slime#1917 / miles#1127; the default, "
+                  "a sequence mask); token: each token's own A_{i,t}, the literal DeepSeek-V3.2 Eq. 9. Identical "
+                  "for [B] advantages"),
     ),
     outputs=(
         SEQ_KEEP,
@@ -180,12 +185,19 @@ def geometric_sequence(old_logprobs, logprobs, sampler_logprobs, mask, *, numera
     ),
     references=(DEEPSEEK_V32, TRL_OPSM, SLIME_OPSM, TRL_4891),
 )
-def opsm(logprobs, sampler_logprobs, advantages, mask, *, delta):
+def opsm(logprobs, sampler_logprobs, advantages, mask, *, delta, advantage_gate):
     """mask.opsm:  kappa_i = (1/L_i) sum_t m_{i,t} (l^mu_{i,t} - l_{i,t}),
     A_i = advantages[i] ([B]) or (1/L_i) sum_t m_{i,t} A_{i,t} ([B,T]),
-    M_i = 0 iff A_i < 0 and kappa_i > delta, else 1;  broadcast to the unmasked tokens of i."""
+    advantage_gate sequence_mean:  M_i = 0 iff A_i < 0 and kappa_i > delta, else 1;  keep_{i,t} = M_i;
+    advantage_gate token (DeepSeek-V3.2 Eq. 9):  keep_{i,t} = 0 iff A_{i,t} < 0 and kappa_i > delta,
+    M_i = 1 iff every unmasked token of i is kept.  With [B] advantages A_{i,t} = A_i: the two agree."""
     kappa = [opsm_statistic(logprobs[i], sampler_logprobs[i], positions(row)) for i, row in enumerate(mask)]
     adv = [sequence_advantage(advantages[i], positions(row)) for i, row in enumerate(mask)]
+    if advantage_gate == "token":
+        keep_tok = [[opsm_keep(token_adv(advantages, i, t), kappa[i], delta) if m else None for t, m in enumerate(row)]
+                    for i, row in enumerate(mask)]
+        seq_keep = [all(k for k in row if k is not None) for row in keep_tok]
+        return {"seq_keep": seq_keep, "keep": keep_tok, "seq_stat": kappa, "seq_advantage": adv}
     keep = [opsm_keep(a, k, delta) for a, k in zip(adv, kappa)]
     return {"seq_keep": keep, "keep": _broadcast(mask, keep), "seq_stat": kappa, "seq_advantage": adv}
 

@@ -66,22 +66,39 @@ def sequence_product_ratio(logprobs, old_logprobs, mask, *, log_ratio_clamp):
     return {"ratio": ratios}
 
 
+def clamped_mean_log_ratio(l_row, old_row, ts, log_ratio_clamp):
+    """(1/L) sum_{t in ts} clip(l_t - l^old_t, -c, c) (no clip when c is None), L = len(ts); 0 when empty.
+
+    The per-token clamp placement of Liger-Kernel fork PR #4: each token's log-ratio is clamped
+    before the sequence mean, so a clamped token contributes the constant +-c and no gradient.
+    """
+    if not ts:
+        return 0
+    return total(clamp_log_ratio(l_row[t] - old_row[t], log_ratio_clamp) for t in ts) / len(ts)
+
+
 @formula(
     "ratio.sequence_geometric",
     title="GSPO sequence ratio s_i = exp(mean_t (l - l_old)), optional cap on the log",
     inputs=(LOGPROBS, OLD_LOGPROBS, MASK),
     params=(
         Param("log_ratio_max", None, nullable=True,
-              doc="if set to c, log s_i is capped from above at c before exp (verl uses 10; null: no cap)"),
+              doc="placement 'on the mean': if set to c, log s_i (the mean) is capped from above at c before exp "
+                  "(verl uses 10; null: no cap)"),
+        log_ratio_clamp_param(doc="placement 'per token, before the mean': if set to c, each token log-ratio "
+                                  "l - l_old is clamped to [-c, c] before the mean (Liger-Kernel fork PR #4 "
+                                  "log_ratio_clamp_value=20; null: no clamp)"),
     ),
     outputs=(seq_output("ratio", "s_i, the geometric mean of the token ratios"),),
     differentiable=("logprobs",),
     grad_of="ratio",
-    references=(GSPO + " Eq. 7",),
+    references=(GSPO + " Eq. 7",
+                "Liger-Kernel fork PR #4 (log_ratio_clamp_value=20 clamps each token's l - l_old before the sequence mean)"),
 )
-def sequence_geometric_ratio(logprobs, old_logprobs, mask, *, log_ratio_max):
-    """ratio.sequence_geometric:  s_i = exp(min((1/L_i) sum_t m_{i,t} (l_{i,t} - l^old_{i,t}), c)),
-    L_i = sum_t m_{i,t}.
+def sequence_geometric_ratio(logprobs, old_logprobs, mask, *, log_ratio_max, log_ratio_clamp=None):
+    """ratio.sequence_geometric:  s_i = exp(min((1/L_i) sum_t m_{i,t} clip(l_{i,t} - l^old_{i,t}, -k, k), c)),
+    L_i = sum_t m_{i,t};  c = log_ratio_max (cap on the mean), k = log_ratio_clamp (per-token clamp
+    before the mean); either null means no bound.
 
     An empty sequence (L_i = 0) has s_i = 1 (its mean log-ratio is defined as 0).
     """
@@ -91,7 +108,7 @@ def sequence_geometric_ratio(logprobs, old_logprobs, mask, *, log_ratio_max):
         if not ts:
             ratios.append(exp(0))
             continue
-        mean_log = total(logprobs[i][t] - old_logprobs[i][t] for t in ts) / len(ts)
+        mean_log = clamped_mean_log_ratio(logprobs[i], old_logprobs[i], ts, log_ratio_clamp)
         ratios.append(exp(clip(mean_log, None, log_ratio_max)))
     return {"ratio": ratios}
 

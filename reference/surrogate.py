@@ -29,7 +29,8 @@ from ._common import (
     ADV_SEQ, ADV_SEQ_OR_TOKEN, LOGPROBS, MASK, OLD_LOGPROBS, log_ratio_clamp_param, per_token,
     positions, require, seq_output, token_adv, token_output,
 )
-from ._registry import Input, Param, formula
+from ._registry import Input, Output, Param, formula
+from .agg import DOCUMENT_IDS
 from .ratio import clamp_log_ratio, sequence_geometric_ratio
 
 # Defining papers ---------------------------------------------------------------------------
@@ -207,8 +208,12 @@ def vespo_phi(log_w, a, *, k_pos, lambda_pos, k_neg, lambda_neg, lambda_min):
         # one node: its error as usually written is |phi| (1 + |k log w| + |lambda w|) (the
         # exponent's terms are each rounded), and the error of log w propagates through slope
         w = mp.exp(z)
-        # (written w^k e^{lambda (1 - w)} it also carries w's rounding k times: the k term)
-        return Var(phi, ((log_w, slope),), rounding=abs(phi) * (1 + abs(k * z) + abs(k) + 2 * abs(lam * w)))
+        # as usually written, exp(lambda + k log w - lambda w): exp turns the absolute error of its
+        # argument into relative error, and the argument rounds k log w, lambda w (w itself rounded)
+        # and both partial sums; written w^k e^{lambda (1 - w)} it carries w's rounding k times (k)
+        arg1 = lam + k * z
+        rounding = 1 + abs(k * z) + abs(arg1) + abs(arg1 - lam * w) + 2 * abs(lam * w) + abs(k)
+        return Var(phi, ((log_w, slope),), rounding=abs(phi) * rounding)
     return phi
 
 
@@ -344,7 +349,10 @@ def trl_delta(logprobs, old_logprobs, mask, advantages, *, eps_low, eps_high, de
         _eps_low(3e-4, "left clip range: s_i is clipped below at 1 - eps_low (paper v2 section 5.1: 3e-4)"),
         _eps_high(4e-4, "right clip range: s_i is clipped above at 1 + eps_high (paper v2 section 5.1: 4e-4)"),
         Param("log_ratio_max", None, nullable=True,
-              doc="if set to c, log s_i is capped from above at c before exp (verl 10; null: no cap)"),
+              doc="placement 'on the mean': if set to c, log s_i is capped from above at c before exp (verl 10; null: no cap)"),
+        log_ratio_clamp_param(doc="placement 'per token, before the mean': if set to k, each token log-ratio "
+                                  "l - l_old is clamped to [-k, k] before the sequence mean (Liger-Kernel fork PR #4: "
+                                  "20; null: no clamp)"),
     ),
     outputs=(seq_output("loss", "per-sequence loss -min(s_i A_i, clip(s_i, 1-eps_low, 1+eps_high) A_i); 0 for an empty sequence"),),
     differentiable=("logprobs",),
@@ -354,16 +362,75 @@ def trl_delta(logprobs, old_logprobs, mask, advantages, *, eps_low, eps_high, de
         VERL + " compute_policy_loss_gspo (GSPO-token form, log s <= 10)", NEMO + " sequence_level_importance_ratios",
         SLIME + " (advantage_estimator gspo)", ORLHF + " policy_loss_type gspo",
         "Fast-LLM main fast_llm/layers/language_model/loss/policy_gradient.py LanguageModelGSPOLoss (segment-mean advantage)",
+        "Liger-Kernel fork PR #4 (log_ratio_clamp_value=20 before the sequence mean)",
     ),
 )
-def gspo(logprobs, old_logprobs, mask, advantages, *, eps_low, eps_high, log_ratio_max):
+def gspo(logprobs, old_logprobs, mask, advantages, *, eps_low, eps_high, log_ratio_max, log_ratio_clamp):
     """surrogate.gspo:  loss_i = max(-A_i s_i, -A_i clip(s_i, 1 - eps_low, 1 + eps_high)),
-    s_i = exp(min((1/L_i) sum_t m_{i,t} (l_{i,t} - l^old_{i,t}), c))  (ratio.sequence_geometric);
-    loss_i = 0 for an empty sequence (L_i = 0).
+    s_i = exp(min((1/L_i) sum_t m_{i,t} clip(l_{i,t} - l^old_{i,t}, -k, k), c))  (ratio.sequence_geometric;
+    c = log_ratio_max, k = log_ratio_clamp);  loss_i = 0 for an empty sequence (L_i = 0).
     """
-    s = sequence_geometric_ratio(logprobs, old_logprobs, mask, log_ratio_max=log_ratio_max)["ratio"]
+    s = sequence_geometric_ratio(logprobs, old_logprobs, mask, log_ratio_max=log_ratio_max,
+                                 log_ratio_clamp=log_ratio_clamp)["ratio"]
     return {"loss": [ppo_clip_loss(s[i], advantages[i], eps_low, eps_high) if any(row) else mpf(0)
                      for i, row in enumerate(mask)]}
+
+
+FASTLLM_502 = ("Fast-LLM PR #502 (head 227f8bc1) fast_llm/layers/language_model/loss/grpo.py "
+               "fused_gspo_loss_forward_backward (per-segment lrn_sum, adv_sum, tok_sum all-reduced over the SDP group)")
+
+
+@formula(
+    "surrogate.gspo_document",
+    title="GSPO over packed documents (Fast-LLM): per-document clipped loss of the document's geometric-mean ratio",
+    inputs=(LOGPROBS, OLD_LOGPROBS, MASK, ADV_SEQ_OR_TOKEN, DOCUMENT_IDS),
+    params=(
+        _eps_low(0.2, "lower clip range: R_s is clipped below at 1 - eps_low (Fast-LLM epsilon_low 0.2)"),
+        _eps_high(0.2, "upper clip range: R_s is clipped above at 1 + eps_high (Fast-LLM epsilon_high 0.2)"),
+    ),
+    outputs=(
+        Output("segment_ids", ("K",), kind="int", doc="the document id of each segment, in increasing order"),
+        Output("token_count", ("K",), kind="int", doc="N_s, the unmasked tokens of document s (all rows)"),
+        Output("ratio", ("K",), doc="R_s = exp((1/N_s) sum_{(i,t) in s} m (l - l_old)), the document's geometric-mean ratio"),
+        Output("advantage", ("K",), doc="A_s = (1/N_s) sum_{(i,t) in s} m A_{i,t}, the document's mean advantage (stopped)"),
+        Output("loss", ("K",), doc="l_s = -min(R_s A_s, clip(R_s, 1-eps_low, 1+eps_high) A_s), the clipped per-document loss"),
+        Output("weighted_loss", ("K",), doc="N_s l_s, Fast-LLM's length-proportional loss_per_seg (its sum / divisor is the loss)"),
+    ),
+    differentiable=("logprobs",),
+    grad_of="weighted_loss",
+    stop_gradients=("A_s, the document's mean advantage",),
+    references=(
+        GSPO, FASTLLM_502,
+        "Fast-LLM 7d61a1b fast_llm/layers/language_model/loss/policy_gradient.py (GSPO #517, length-proportional #544)",
+    ),
+)
+def gspo_document(logprobs, old_logprobs, mask, advantages, document_ids, *, eps_low, eps_high):
+    """surrogate.gspo_document:  for each document s (global id over all rows, unmasked tokens only),
+    N_s = |s|,  R_s = exp((1/N_s) sum_{(i,t) in s} (l_{i,t} - l^old_{i,t})),
+    A_s = sg[(1/N_s) sum_{(i,t) in s} A_{i,t}],
+    l_s = max(-A_s R_s, -A_s clip(R_s, 1 - eps_low, 1 + eps_high)),  weighted_loss_s = N_s l_s.
+
+    d(sum_s N_s l_s)/d l_{i,t} = -A_s R_s (unclipped side) or 0: the same at every token of s (N_s cancels).
+    """
+    tokens: dict[int, list[tuple[int, int]]] = {}
+    for i, row in enumerate(mask):
+        for t in positions(row):
+            tokens.setdefault(document_ids[i][t], []).append((i, t))
+    ids = sorted(tokens)
+    counts, ratios, advs, losses, weighted = [], [], [], [], []
+    for s in ids:
+        where = tokens[s]
+        n = len(where)
+        r = exp(total(logprobs[i][t] - old_logprobs[i][t] for i, t in where) / n)
+        a = total(value_of(token_adv(advantages, i, t)) for i, t in where) / n
+        loss = ppo_clip_loss(r, a, eps_low, eps_high)
+        counts.append(n)
+        ratios.append(r)
+        advs.append(a)
+        losses.append(loss)
+        weighted.append(loss * n)
+    return {"segment_ids": ids, "token_count": counts, "ratio": ratios, "advantage": advs, "loss": losses,
+            "weighted_loss": weighted}
 
 
 @formula(

@@ -143,16 +143,17 @@ def torch_adapter_with(**overrides):
 
 
 @functools.lru_cache(maxsize=16)
-def family_cases(glob: str) -> tuple:
-    """The golden cases whose formula or case ID matches ``glob`` (loaded once per glob)."""
+def family_cases(glob: str, errors: bool = False) -> tuple:
+    """The golden cases whose formula or case ID matches ``glob`` (loaded once per glob); the
+    expected-error cases only with ``errors`` (tests/test_verdicts.py runs them all)."""
     from pgspec.conformance import runner
 
-    return tuple(runner.select_cases(glob))
+    return tuple(c for c in runner.select_cases(glob) if errors or c["category"] != "error")
 
 
 def golden_case(case_id: str) -> dict:
     """One golden case by its ID."""
-    for c in family_cases(case_id.split("/", 1)[0].split(".", 1)[0] + ".*"):
+    for c in family_cases(case_id.split("/", 1)[0].split(".", 1)[0] + ".*", errors=True):
         if c["id"] == case_id:
             return c
     raise KeyError(case_id)

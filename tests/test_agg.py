@@ -289,3 +289,52 @@ def test_plain_functions_and_registry_metadata():
         meta = json.loads(json.dumps(REGISTRY[fid].to_json()))
         assert meta["differentiable"] == ["values"] and meta["grad_of"] == "value"
     assert "required" in REGISTRY["agg.constant"].to_json()["params"][0]["range"]
+
+
+# agg.prompt_mean's two step divisors (slime PR #2090) -------------------------------------------
+
+def test_prompt_mean_divided_by_sequences_is_groups_over_sequences_times_the_default():
+    """Identity: step_divisor 'sequences' = (N_grp / N_seq) x the 'groups' value, on random batches."""
+    rng = random.Random(903)
+    for _ in range(20):
+        G, per = rng.randint(1, 4), rng.randint(1, 4)
+        B, T = G * per, 5
+        mask = random_mask(rng, B, T)
+        values = random_logprobs(rng, B, T, lo=-3.0, hi=3.0)
+        groups = [i // per for i in range(B)]
+        rng.shuffle(groups)
+        inputs = {"values": values, "mask": mask, "group_ids": groups}
+        by_groups = evaluate("agg.prompt_mean", inputs)
+        by_seqs = evaluate("agg.prompt_mean", inputs, {"step_divisor": "sequences"})
+        n_grp = len({g for g, row in zip(groups, mask) if any(row)})
+        with mp.workdps(60):
+            assert abs(by_seqs["value"] - by_groups["value"] * n_grp / B) <= mpf(10) ** -50
+            for gs, gg in zip(by_seqs["grad"]["values"], by_groups["grad"]["values"]):
+                for a, b in zip(gs, gg):
+                    assert (a is None and b is None) or abs(a - b * n_grp / B) <= mpf(10) ** -50
+
+
+def test_prompt_mean_slime_2090_factor_p_over_n():
+    """4 rollouts of 2 prompts: the sample-count divisor gives exactly half the prompt-count value."""
+    inputs = {"values": [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0], [0.5, 0.25, 0.125]],
+              "mask": [[True, True, False], [True, False, False], [True, True, False], [True, True, True]],
+              "group_ids": [0, 0, 1, 1]}
+    with mp.workdps(60):
+        want = (mpf(7) / 3 + mpf("15.875") / 5)
+        assert abs(evaluate("agg.prompt_mean", inputs)["value"] - want / 2) <= mpf(10) ** -55
+        assert abs(evaluate("agg.prompt_mean", inputs, {"step_divisor": "sequences"})["value"] - want / 4) <= mpf(10) ** -55
+        assert abs(evaluate("agg.prompt_mean", inputs, {"step_divisor": "sequences", "num_sequences": 16})["value"]
+                   - want / 16) <= mpf(10) ** -55
+    assert check_gradient_fd("agg.prompt_mean", inputs, {"step_divisor": "sequences"}) == 8
+
+
+def test_prompt_mean_divisor_parameters_are_exclusive():
+    inputs = {"values": Q, "mask": M, "group_ids": [0] * len(M)}
+    with pytest.raises(SpecError, match="'num_groups' has no meaning with step_divisor='sequences'"):
+        evaluate("agg.prompt_mean", inputs, {"step_divisor": "sequences", "num_groups": 4})
+    with pytest.raises(SpecError, match="'num_sequences' applies only to step_divisor='sequences'"):
+        evaluate("agg.prompt_mean", inputs, {"num_sequences": 4})
+    with pytest.raises(SpecError, match="'num_sequences' = 1 is smaller"):
+        evaluate("agg.prompt_mean", inputs, {"step_divisor": "sequences", "num_sequences": 1})
+    with pytest.raises(SpecError, match="parameter 'step_divisor'"):
+        evaluate("agg.prompt_mean", inputs, {"step_divisor": "prompts"})

@@ -315,3 +315,111 @@ def test_errors_name_the_argument():
                                       "document_ids": [[0]]}, {"sdp_size": 0})
     with pytest.raises(SpecError, match="missing input 'document_ids'"):
         evaluate("dist.sdp_segment", {"logprobs": [[0.0]], "old_logprobs": [[0.0]], "mask": [[True]]})
+
+
+# bshd: the micro-batch's maximum length, not the array width (slime PR #2060 max_seq_lens) ---------
+
+MB10 = [[1 <= t < 6 for t in range(10)], [1 <= t < 4 for t in range(10)]]
+
+
+def test_bshd_max_seq_len_equal_to_the_width_changes_nothing():
+    for C in (1, 2, 3):
+        a = evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": C, "layout": "bshd"})
+        b = evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": C, "layout": "bshd", "max_seq_len": 10})
+        assert a == b
+
+
+def test_bshd_chunks_by_max_seq_len():
+    """c = ceil(S / 2C) for every row: S = 6, C = 2 gives c = 2, and rank(p) follows the zig-zag of p // 2."""
+    out = evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": 2, "layout": "bshd", "max_seq_len": 6})
+    assert out["chunk_size"] == [2, 2]
+    zig = {0: 0, 1: 1, 2: 1, 3: 0}
+    for i, row in enumerate(MB10):
+        assert out["rank"][i] == [zig[(t - 1) // 2] if m else None for t, m in enumerate(row)]
+    wide = evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": 2, "layout": "bshd"})
+    assert wide["chunk_size"] == [3, 3] and wide["rank"] != out["rank"]
+
+
+def test_bshd_max_seq_len_partials_add_up_to_the_unsharded_value():
+    rng = random.Random(906)
+    for _ in range(10):
+        B, T = 3, 10
+        lengths = [rng.randint(2, 7) for _ in range(B)]
+        mask = [[1 <= t < n for t in range(T)] for n in lengths]
+        values = random_logprobs(rng, B, T, lo=-3.0, hi=3.0)
+        S = max(lengths) + rng.randint(0, 4)
+        for aggregator in ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum"):
+            out = evaluate("dist.cp_reduce", {"values": values, "mask": mask},
+                           {"cp_size": rng.randint(1, 4), "layout": "bshd", "max_seq_len": S, "aggregator": aggregator})
+            with mp.workdps(60):
+                assert abs(mp.fsum(out["partials"]) - out["unsharded"]) <= mpf(10) ** -50
+
+
+def test_max_seq_len_errors_name_the_argument():
+    with pytest.raises(SpecError, match="'max_seq_len' applies only to layout='bshd'"):
+        evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": 2, "max_seq_len": 6})
+    with pytest.raises(SpecError, match="'max_seq_len' = 5 is shorter than sequence 0"):
+        evaluate("dist.cp_split", {"mask": MB10}, {"cp_size": 2, "layout": "bshd", "max_seq_len": 5})
+    with pytest.raises(SpecError, match="'max_seq_len' = 5 is shorter"):
+        evaluate("dist.cp_reduce", {"values": [[0.0] * 10] * 2, "mask": MB10},
+                 {"cp_size": 2, "layout": "bshd", "max_seq_len": 5})
+
+
+# dist.docs_per_step (Fast-LLM PR #502) -----------------------------------------------------------
+
+def test_docs_per_step_one_rollout_micro_batches_equal_the_whole_step_at_once():
+    """Property: accumulating one-rollout micro-batches = the fetched rows as one batch = their token sum / D."""
+    rng = random.Random(909)
+    for _ in range(20):
+        B, T = rng.randint(2, 7), 5
+        lengths = [rng.randint(1, T) for _ in range(B)]
+        mask = [[t < n for t in range(T)] for n in lengths]
+        values = random_logprobs(rng, B, T, lo=-3.0, hi=3.0)
+        inputs = {"values": values, "mask": mask, "document_ids": [[i] * T for i in range(B)]}
+        target = rng.randint(1, B)
+        acc = evaluate("dist.docs_per_step", inputs, {"docs_per_step": target})
+        assert acc["micro_batches"] == target and acc["num_documents"] == target
+        rest = [B - target] if B > target else []
+        whole = evaluate("dist.docs_per_step", inputs, {"docs_per_step": target, "micro_batch_sizes": [target] + rest})
+        step = evaluate("agg.constant", {"values": values[:target], "mask": mask[:target]},
+                        {"divisor": target, "divide_by": "K"})
+        with mp.workdps(60):
+            assert abs(acc["total"] - whole["total"]) <= mpf(10) ** -50
+            assert abs(acc["total"] - step["value"]) <= mpf(10) ** -50
+        assert acc["contributions"][target:] == [None] * (B - target)
+
+
+def test_docs_per_step_divides_by_the_step_total_which_can_overshoot():
+    packed = {"values": [[1.0, 2.0, 3.0, 4.0], [0.5, -0.5, 1.5, 2.5], [9.0, 9.0, 9.0, 9.0]],
+              "mask": [[True] * 4, [True, True, True, False], [True] * 4],
+              "document_ids": [[0, 0, 1, 1], [2, 3, 3, 3], [4, 4, 5, 5]]}
+    out = evaluate("dist.docs_per_step", packed, {"docs_per_step": 3})
+    assert out["micro_batches"] == 2 and out["num_documents"] == 4
+    with mp.workdps(60):
+        assert abs(out["total"] - mpf("11.5") / 4) <= mpf(10) ** -55
+    assert check_gradient_fd("dist.docs_per_step", packed, {"docs_per_step": 3}) == 11
+
+
+def test_docs_per_step_errors_name_the_argument():
+    one = {"values": [[1.0], [2.0]], "mask": [[True], [True]], "document_ids": [[0], [1]]}
+    with pytest.raises(SpecError, match="'docs_per_step' = 3 exceeds the 2 documents"):
+        evaluate("dist.docs_per_step", one, {"docs_per_step": 3})
+    with pytest.raises(SpecError, match="document 0 spans micro-batches 0 and 1"):
+        evaluate("dist.docs_per_step", {**one, "document_ids": [[0], [0]]}, {"docs_per_step": 1})
+    with pytest.raises(SpecError, match="parameter 'docs_per_step'"):
+        evaluate("dist.docs_per_step", one, {"docs_per_step": 0})
+
+
+def test_normalize_by_documents_changes_only_the_divisor():
+    """Fast-LLM: loss = token sum / N_lab (default) or / D (normalize_by_documents); the gradient it applies
+    under normalize_by_documents is the sum / D^2.  All three are agg.constant(divide_by='K') of one sum."""
+    rng = random.Random(910)
+    values = random_logprobs(rng, 3, 5, lo=-2.0, hi=2.0)
+    mask = [[True] * 5, [True, True, False, False, False], [True] * 3 + [False] * 2]
+    n_lab, D = 10, 3
+    tok = evaluate("agg.token_mean", {"values": values, "mask": mask})
+    by_doc = evaluate("agg.constant", {"values": values, "mask": mask}, {"divisor": D, "divide_by": "K"})
+    grad_doc = evaluate("agg.constant", {"values": values, "mask": mask}, {"divisor": D * D, "divide_by": "K"})
+    with mp.workdps(60):
+        assert abs(tok["value"] * n_lab - by_doc["value"] * D) <= mpf(10) ** -50
+        assert abs(grad_doc["value"] * D - by_doc["value"]) <= mpf(10) ** -50

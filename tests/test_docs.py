@@ -1,19 +1,252 @@
-"""The Sphinx build of spec/ (docs/) succeeds with warnings as errors."""
+"""The documentation site: the Sphinx build (warnings are errors), and the built pages opened in
+headless Chromium: every page's math typesets with MathJax from the build's own copy, with no
+MathJax error, and no request leaves the machine."""
 
 from __future__ import annotations
 
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 
 
-def test_sphinx_build_has_no_warnings(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(ROOT / "docs"), str(tmp_path)],
-        capture_output=True, text=True,
-    )
+def sphinx_build(outdir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    args = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html"]
+    for o in overrides:
+        args += ["-D", o]
+    return subprocess.run(args + [str(ROOT / "docs"), str(outdir)], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    result = sphinx_build(out)
     assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+def test_sphinx_build_has_no_warnings(site):
     for family in ("conventions", "ratio"):
-        assert (tmp_path / "spec" / f"{family}.html").exists()
+        assert (site / "spec" / f"{family}.html").exists()
+
+
+def test_math_is_served_from_the_build_not_a_cdn(site):
+    page = (site / "spec" / "kl.html").read_text()
+    scripts = re.findall(r'<script[^>]*src="([^"]+)"', page)
+    mathjax = [s for s in scripts if "mathjax" in s.lower()]
+    assert mathjax == ["../_static/mathjax/tex-chtml-full.js"], scripts
+    assert (site / "_static" / "mathjax" / "tex-chtml-full.js").is_file()
+    assert list((site / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff"))
+    for html in site.rglob("*.html"):
+        assert "cdn.jsdelivr" not in html.read_text(), html
+
+
+# -- headless Chromium -------------------------------------------------------------------------
+
+HARNESS = """<!doctype html><html><head><meta charset="utf-8"><title>pgspec math check</title></head><body>
+<script>
+const pages = %s;
+async function check(path) {
+  const frame = document.createElement("iframe");
+  frame.style.width = "1200px"; frame.style.height = "800px";
+  const loaded = new Promise(resolve => frame.addEventListener("load", resolve, {once: true}));
+  frame.src = path;
+  document.body.appendChild(frame);
+  await loaded;
+  const win = frame.contentWindow, doc = frame.contentDocument;
+  const math = Array.from(doc.querySelectorAll(".math"));
+  const result = {page: path, math: math.length, mathjax: !!win.MathJax, typeset: 0, raw: [], errors: []};
+  if (win.MathJax) {
+    try { await win.MathJax.startup.promise; } catch (e) { result.errors.push("startup: " + e); }
+  }
+  for (const el of math) {
+    if (el.querySelector("mjx-container")) result.typeset += 1;
+    else result.raw.push(el.textContent.slice(0, 80));
+  }
+  for (const err of doc.querySelectorAll("mjx-merror, [data-mjx-error]")) {
+    result.errors.push((err.getAttribute("data-mjx-error") || err.textContent).slice(0, 120));
+  }
+  frame.remove();
+  return result;
+}
+(async () => {
+  const results = [];
+  for (const p of pages) {
+    try { results.push(await check(p)); } catch (e) { results.push({page: p, errors: ["harness: " + e]}); }
+  }
+  const out = document.createElement("pre");
+  out.id = "pgspec-result";
+  out.textContent = "PGSPEC-RESULT " + JSON.stringify(results) + " PGSPEC-END";
+  document.body.appendChild(out);
+})();
+</script></body></html>
+"""
+
+
+def find_chromium() -> str | None:
+    for name in CHROMIUM_NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, fmt, *args):  # quiet: requests are recorded by log_request
+        pass
+
+    def log_request(self, code="-", size="-"):
+        self.server.requests.append((self.command, self.path, str(int(code))))
+
+
+def check_pages_in_chromium(site: Path, pages: list[str] | None = None, timeout: float = 240) -> dict:
+    """Open every page of a built site in one headless Chromium over a loopback HTTP server.
+
+    Returns {"results": per-page math counts and MathJax errors, "external": every URL Chromium
+    requested that is not on the loopback server, "failed": local requests that did not answer 200}."""
+    chromium = find_chromium()
+    if pages is None:
+        pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html")
+                       if p.name not in ("genindex.html", "search.html", "_pgspec_check.html")
+                       and not p.relative_to(site).as_posix().startswith("_"))
+    (site / "_pgspec_check.html").write_text(HARNESS % json.dumps(pages))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, directory=str(site)))
+    server.requests = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.server_address[1]
+    netlog = site.parent / f"{site.name}-netlog.json"
+    try:
+        cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+               "--no-first-run", "--disable-background-networking", "--disable-component-update",
+               "--disable-sync", "--disable-default-apps", "--disable-extensions", "--no-pings",
+               "--disable-features=AutofillServerCommunication,OptimizationHints,MediaRouter",
+               f"--user-data-dir={site.parent / (site.name + '-chromium-profile')}",
+               # nothing but the loopback server resolves: a CDN request fails (and is seen below)
+               "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+               f"--log-net-log={netlog}", "--net-log-capture-mode=Default",
+               "--virtual-time-budget=120000", "--dump-dom", f"http://127.0.0.1:{port}/_pgspec_check.html"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    finally:
+        server.shutdown()
+        server.server_close()
+    match = re.search(r'<pre id="pgspec-result">PGSPEC-RESULT (.*?) PGSPEC-END</pre>', proc.stdout, re.S)
+    assert match, f"the check page did not finish:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    import html as _html
+
+    results = json.loads(_html.unescape(match.group(1)))
+    local = f"http://127.0.0.1:{port}"
+    external = sorted(page_requests_leaving(netlog, local)) if netlog.exists() else None
+    # the browser's own favicon probe is not a request of the pages
+    failed = [r for r in server.requests if r[2] not in ("200", "304") and r[1] != "/favicon.ico"]
+    return {"results": results, "external": external, "failed": failed}
+
+
+def page_requests_leaving(netlog: Path, local: str) -> set[str]:
+    """URLs requested by a page (a request with an initiating origin) that are not on ``local``.
+
+    Chromium's own background requests (update checks, sign-in) carry no page origin
+    ("not an origin") and are not the site's doing; with the resolver rules above they fail anyway."""
+    data = json.loads(netlog.read_text(errors="replace"))
+    start_job = data["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    out = set()
+    for event in data["events"]:
+        params = event.get("params") or {}
+        if event.get("type") != start_job or "url" not in params:
+            continue
+        url, initiator = params["url"], params.get("initiator", "")
+        if initiator == "not an origin":
+            continue
+        if not (url == local or url.startswith(local + "/") or url.startswith(("data:", "blob:", "about:"))):
+            out.add(url)
+    return out
+
+
+def test_every_page_typesets_its_math_offline_in_chromium(site):
+    if find_chromium() is None:
+        if os.environ.get("CI"):
+            pytest.fail("headless Chromium is required in CI (.ci/run installs Debian's chromium)")
+        pytest.skip("no chromium on this machine: apt-get install chromium (.ci/run does)")
+    report = check_pages_in_chromium(site)
+    results = report["results"]
+    assert report["external"] is not None, "Chromium wrote no net log: the no-external-request check cannot run"
+    assert report["external"] == [], f"requests left the machine: {report['external']}"
+    assert report["failed"] == [], f"local requests that failed: {report['failed']}"
+    assert len(results) >= 15, results
+    with_math = [r for r in results if r.get("math")]
+    assert any(r["page"] == "spec/kl.html" for r in with_math), "the KL page has no math?"
+    problems = [r for r in results if r.get("errors") or r.get("raw") or (r.get("math") and not r.get("mathjax"))]
+    assert problems == [], json.dumps(problems, indent=1)
+    for r in with_math:
+        assert r["typeset"] == r["math"], r
+
+
+def test_the_chromium_check_sees_a_cdn_request_and_raw_math(tmp_path):
+    """The check above can fail: a page that loads MathJax from a CDN is caught twice (the request
+    leaves the machine, and offline its math stays raw LaTeX)."""
+    if find_chromium() is None:
+        if os.environ.get("CI"):
+            pytest.fail("headless Chromium is required in CI (.ci/run installs Debian's chromium)")
+        pytest.skip("no chromium on this machine: apt-get install chromium (.ci/run does)")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "page.html").write_text(
+        '<!doctype html><html><head><script defer src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js">'
+        '</script></head><body><p><span class="math">\\(x^2\\)</span></p></body></html>')
+    report = check_pages_in_chromium(site, pages=["page.html"], timeout=120)
+    assert report["external"] == ["https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js"]
+    [result] = report["results"]
+    assert result["math"] == 1 and result["typeset"] == 0 and result["raw"] == ["\\(x^2\\)"]
+
+
+def test_plots_are_generated_from_the_reference_into_the_build(site):
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    from pgspec_docs import PLOTS
+
+    page = (site / "plots.html").read_text()
+    for name in PLOTS:
+        png = site / "_static" / "pgspec-plots" / f"{name}.png"
+        assert png.is_file() and png.stat().st_size > 20_000, png
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f'src="_static/pgspec-plots/{name}.png"' in page, name
+
+
+def test_the_adapter_guide_shows_the_output_of_its_executed_example(site):
+    text = html_text(site / "adapter-guide.html")
+    assert "$ pgspec run --adapter my_adapter:adapter --formulas 'kl.k3,ratio.token' --no-properties" in text
+    assert re.search(r"mine: (\d+) of \1 applicable cases pass", text), "the example adapter no longer passes"
+    assert re.search(r"\d+ passed, \d+ deselected", text)
+    assert "fail kl.k3/masked-nan-inf (float32): grad.logprobs" in text
+    assert "pytest --pgspec-adapter my_adapter_v2:adapter 'pgspec::kl.k3/masked-nan-inf[float32]'" in text
+    assert "load_adapter('my_adapter_v2:adapter')" in text
+    assert re.search(r"kl\.k3\s+│\s+bug \(3\)", text)
+
+
+def test_formula_pages_and_name_map_reflect_the_committed_files(site):
+    kl = html_text(site / "formulas" / "kl.html")
+    if (ROOT / "docs" / "conformance" / "verdicts.json").is_file():
+        assert "No conformance results yet" not in kl and "worst error ratio" in kl
+    else:
+        assert "No conformance results yet" in kl
+    name_map = html_text(site / "name-map.html")
+    if list((ROOT / "conformance" / "presets").glob("*.toml")):
+        assert "No presets yet" not in name_map and "spec recipe" in name_map
+    else:
+        assert "No presets yet" in name_map
+
+
+def html_text(page: Path) -> str:
+    import html as _html
+
+    return _html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))

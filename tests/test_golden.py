@@ -34,13 +34,14 @@ def test_altered_file_is_rejected_naming_it(tmp_path):
     shutil.copytree(golden.GOLDEN_DIR, directory)
     path = directory / "ratio.json"
     doc = json.loads(path.read_text())
-    doc["cases"][0]["outputs"]["ratio"][0][0] = "1.5"
+    first = next(c for c in doc["cases"] if c["outputs"].get("ratio"))
+    first["outputs"]["ratio"][0][0] = "1.5"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     with pytest.raises(golden.GoldenError, match="ratio.json: sha256 .* does not match the MANIFEST"):
         golden.load_family("ratio", directory)
     with pytest.raises(golden.GoldenError, match="ratio.json"):
         golden.load_all(directory)
-    assert any("ratio.json" in p and "ratio.token/two-tokens" in p for p in golden.verify(directory, {"ratio"}))
+    assert any("ratio.json" in p and first["id"] in p for p in golden.verify(directory, {"ratio"}))
 
 
 def test_file_failing_the_schema_is_rejected_naming_it(tmp_path):

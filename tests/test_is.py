@@ -380,3 +380,30 @@ def test_reject_agrees_with_independent_float64_numpy():
                             if min(abs(D - upper), abs(D - (lower if lower is not None else -1e300))) > err:
                                 keep = D <= upper and (lower is None or D >= lower)
                                 assert r["keep"][i][t] == keep
+
+
+# The untruncated weight (both bounds null in the truncate mode; NeMo-RL PR #2269) -----------------
+
+@pytest.mark.parametrize("fid", ["is.token.truncate", "is.sequence.truncate", "is.geometric.truncate"])
+def test_untruncated_weight_is_the_raw_ratio(fid):
+    out = evaluate(fid, BASE, {"c_min": None, "c_max": None})
+    ratio = out["ratio"] if "ratio" in out else out["seq_ratio"]
+    weight = out["weight"] if "ratio" in out else out["seq_weight"]
+    assert weight == ratio
+    # the documented equivalent: a lower bound of 0 cannot bind (rho > 0)
+    zero = evaluate(fid, BASE, {"c_min": 0, "c_max": None})
+    assert zero["weight"] == out["weight"]
+
+
+def test_untruncated_sequence_weight_is_exp_of_the_sum():
+    out = evaluate("is.sequence.truncate", BASE, {"c_min": None, "c_max": None})
+    with mp.workdps(60):
+        for i, row in enumerate(MASK):
+            u = mp.fsum(mpf(OLD[i][t]) - mpf(MU[i][t]) for t in range(4) if row[t])
+            assert abs(out["seq_weight"][i] - mp.exp(u)) <= mp.exp(u) * mpf(10) ** -55
+
+
+@pytest.mark.parametrize("fid", ["is.token.mask", "is.sequence.mask", "is.geometric.mask"])
+def test_a_mask_still_needs_a_bound(fid):
+    with pytest.raises(SpecError, match="at least one of the parameters 'c_min' and 'c_max'.*truncate"):
+        evaluate(fid, BASE, {"c_min": None, "c_max": None})

@@ -445,7 +445,9 @@ def test_independent_float64_implementation(fid):
     ("loss.bnpo", {**BASE, "entropy": ENTROPY}, None, "entropy"),
     ("loss.dapo", {**BASE, "group_ids": GROUPS}, {"eps_low": 1.5}, "eps_low"),
     ("loss.bnpo", {**BASE, "sampler_logprobs": SAMPLER}, {"is_level": "token", "is_c_min": 3.0}, "is_c_min"),
-    ("loss.bnpo", {**BASE, "sampler_logprobs": SAMPLER}, {"is_level": "token", "is_c_max": None}, "is_c_max"),
+    ("loss.bnpo", {**BASE, "sampler_logprobs": SAMPLER}, {"is_level": "token", "is_mode": "mask", "is_c_min": None,
+                                                          "is_c_max": None}, "is_c_max"),
+    ("loss.bnpo", {**BASE, "ref_logprobs": REF}, {"beta": 0.1, "kl_aggregation": "prompt_mean"}, "kl_aggregation"),
     ("loss.bnpo", {**BASE, "ref_logprobs": REF}, {"beta": 0.1, "kl_output_min": 1.0, "kl_output_max": 0.5}, "kl_output_min"),
     ("loss.bnpo", BASE, {"kl_estimator": "k4"}, "kl_estimator"),
     ("loss.vespo", {**BASE, "sampler_logprobs": SAMPLER}, {"is_level": "token"}, "is_level"),
@@ -486,3 +488,104 @@ def test_all_masked_batch_is_zero():
     for fid in ALL_IDS:
         res = evaluate(fid, inputs_for(fid, inp))
         assert res["loss"] == 0 and all(g == 0 for row in res["grad"]["logprobs"] for g in row), fid
+
+
+# The KL term's own aggregation (slime: --loss-aggregation changes only pg_loss) -------------------
+
+def _kl_inputs(fid):
+    inputs = {**BASE, "advantages": A_TOK if fid in ("loss.grpo", "loss.dapo", "loss.dr_grpo") else A_SEQ,
+              "ref_logprobs": REF}
+    if fid == "loss.dapo":
+        inputs["group_ids"] = GROUPS
+    return inputs
+
+
+@pytest.mark.parametrize("fid,kl_agg", [("loss.dr_grpo", "sample_mean"), ("loss.dapo", "sample_mean"),
+                                        ("loss.grpo", "token_mean"), ("loss.gspo", "token_mean")])
+def test_separate_kl_aggregation_is_policy_part_plus_beta_times_the_kl_aggregate(fid, kl_agg):
+    """Identity: loss(kl_aggregation=A) = loss(beta=0) + beta * agg.A(kl_{i,t}), gradients likewise."""
+    inputs = _kl_inputs(fid)
+    extra = {"divisor": 8} if fid == "loss.dr_grpo" else {}
+    beta = "0.5"
+    full = evaluate(fid, inputs, {**extra, "beta": beta, "kl_aggregation": kl_agg})
+    pol = evaluate(fid, {k: v for k, v in inputs.items() if k != "ref_logprobs"}, {**extra, "beta": 0})
+    kl = evaluate("kl.k3", {"logprobs": LP, "ref_logprobs": REF, "mask": MASK})
+    agg = evaluate(f"agg.{kl_agg}", {"values": kl["kl"], "mask": MASK})
+    with mp.workdps(60):
+        assert abs(full["loss"] - (pol["loss"] + mpf(beta) * agg["value"])) <= mpf(10) ** -50
+        for i, row in enumerate(MASK):
+            for t, m in enumerate(row):
+                if not m:
+                    continue
+                want = pol["grad"]["logprobs"][i][t] + mpf(beta) * agg["grad"]["values"][i][t] * kl["grad"]["logprobs"][i][t]
+                assert abs(full["grad"]["logprobs"][i][t] - want) <= mpf(10) ** -50
+
+
+def test_kl_aggregation_policy_is_the_default_and_sample_mean_on_a_sample_mean_recipe_agrees():
+    inputs = _kl_inputs("loss.grpo")
+    default = evaluate("loss.grpo", inputs, {"beta": "0.25"})
+    assert evaluate("loss.grpo", inputs, {"beta": "0.25", "kl_aggregation": "policy"}) == default
+    sample = evaluate("loss.grpo", inputs, {"beta": "0.25", "kl_aggregation": "sample_mean"})
+    with mp.workdps(60):
+        assert abs(sample["loss"] - default["loss"]) <= mpf(10) ** -55
+    assert sample["terms"] == default["terms"]
+    no_kl = {k: v for k, v in inputs.items() if k != "ref_logprobs"}
+    assert (evaluate("loss.grpo", no_kl, {"beta": 0, "kl_aggregation": "token_mean"})
+            == evaluate("loss.grpo", no_kl, {"beta": 0}))
+
+
+# The untruncated IS weight (NeMo-RL PR #2269 is_correction_level) --------------------------------
+
+@pytest.mark.parametrize("level,fid", [("token", "is.token.truncate"), ("sequence", "is.sequence.truncate"),
+                                       ("geometric", "is.geometric.truncate")])
+def test_untruncated_is_level_multiplies_gspo_by_the_raw_weight(level, fid):
+    """loss.gspo with both IS bounds null = sample mean of rho_{i,t} l^GSPO_i; equal to the c_min = 0 form."""
+    inputs = {**BASE, "sampler_logprobs": SAMPLER}
+    got = evaluate("loss.gspo", inputs, {"is_level": level, "is_c_min": None, "is_c_max": None})
+    assert got == evaluate("loss.gspo", inputs, {"is_level": level, "is_c_min": 0, "is_c_max": None})
+    w = evaluate(fid, {"old_logprobs": OLD, "sampler_logprobs": SAMPLER, "mask": MASK},
+                 {"c_min": None, "c_max": None})["weight"]
+    plain = evaluate("loss.gspo", BASE)["terms"]
+    with mp.workdps(60):
+        for i, row in enumerate(MASK):
+            for t, m in enumerate(row):
+                if m:
+                    assert abs(got["terms"][i][t] - w[i][t] * plain[i][t]) <= mpf(10) ** -50
+
+
+def test_is_mask_mode_still_needs_a_bound():
+    with pytest.raises(SpecError, match="'is_c_min' and 'is_c_max' must be set when is_level='token' and is_mode='mask'"):
+        evaluate("loss.grpo", {**BASE, "sampler_logprobs": SAMPLER},
+                 {"beta": 0, "is_level": "token", "is_mode": "mask", "is_c_min": None, "is_c_max": None})
+
+
+# Liger-Kernel fork PR #4 in loss.gspo -----------------------------------------------------------
+
+def test_gspo_recipe_per_token_clamp_equals_the_surrogate():
+    """loss.gspo (log_ratio_clamp k, one sequence each) = sample mean of surrogate.gspo(k)."""
+    for k in (0.125, 0.5, 20):
+        rec = evaluate("loss.gspo", BASE, {"log_ratio_clamp": k, "eps_low": "0.2", "eps_high": "0.2"})
+        sur = evaluate("surrogate.gspo", BASE, {"log_ratio_clamp": k, "eps_low": "0.2", "eps_high": "0.2"})
+        with mp.workdps(60):
+            assert abs(rec["loss"] - mp.fsum(sur["loss"]) / 3) <= mpf(10) ** -50
+    d30 = {"logprobs": [[0.0, -1.0]], "old_logprobs": [[-30.0, -1.0]], "mask": [[True, True]], "advantages": [-1.0]}
+    assert check_gradient_fd("loss.gspo", d30, {"log_ratio_clamp": 20}) == 2
+
+
+# opsm_advantage_gate: mask.opsm's advantage_gate inside the recipes -------------------------------
+
+def test_opsm_token_gate_in_a_recipe_drops_exactly_mask_opsm_tokens():
+    inputs = {**BASE, "advantages": A_TOK, "sampler_logprobs": SAMPLER}
+    params = {"aggregation": "token_mean", "opsm_delta": 0.0625, "opsm_advantage_gate": "token"}
+    got = evaluate("loss.dapo", inputs, params)
+    plain = evaluate("loss.dapo", {**BASE, "advantages": A_TOK}, {"aggregation": "token_mean"})
+    keep = evaluate("mask.opsm", {"logprobs": LP, "sampler_logprobs": SAMPLER, "advantages": A_TOK, "mask": MASK},
+                    {"delta": 0.0625, "advantage_gate": "token"})["keep"]
+    assert any(k is False for row in keep for k in row) and any(k is True for row in keep for k in row)
+    for i, row in enumerate(MASK):
+        for t, m in enumerate(row):
+            if m:
+                assert got["terms"][i][t] == (plain["terms"][i][t] if keep[i][t] else 0)
+    seq_inputs = {**BASE, "sampler_logprobs": SAMPLER}   # [B] advantages: both gates agree
+    assert (evaluate("loss.gspo", seq_inputs, {"opsm_delta": 0.0625, "opsm_advantage_gate": "token"})
+            == evaluate("loss.gspo", seq_inputs, {"opsm_delta": 0.0625}))

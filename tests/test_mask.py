@@ -282,3 +282,47 @@ def test_agrees_with_independent_float64_numpy():
             for t in range(T):
                 if mask[i][t] and abs(ent[i][t] - q) > q_tol:
                     assert re["keep"][i][t] == (ent[i][t] >= q)
+
+
+# mask.opsm advantage_gate (DeepSeek-V3.2 Eq. 9 read per token) -----------------------------------
+
+def test_opsm_token_gate_equals_sequence_gate_for_sequence_advantages():
+    rng = random.Random(904)
+    for _ in range(20):
+        B, T = 4, 6
+        mask = random_mask(rng, B, T)
+        lp, mu = random_logprobs(rng, B, T), random_logprobs(rng, B, T)
+        adv = [rng.choice([-1.0, -0.25, 0.0, 0.5]) for _ in range(B)]
+        inputs = {"logprobs": lp, "sampler_logprobs": mu, "advantages": adv, "mask": mask}
+        delta = rng.choice([0, 0.125, 0.5])
+        seq = evaluate("mask.opsm", inputs, {"delta": delta})
+        tok = evaluate("mask.opsm", inputs, {"delta": delta, "advantage_gate": "token"})
+        assert seq["keep"] == tok["keep"] and seq["seq_keep"] == tok["seq_keep"]
+
+
+def test_opsm_token_gate_is_the_per_token_equation():
+    """keep_{i,t} = not (A_{i,t} < 0 and kappa_i > delta); seq_keep = every unmasked token kept."""
+    rng = random.Random(905)
+    for _ in range(20):
+        B, T = 4, 6
+        mask = random_mask(rng, B, T)
+        lp, mu = random_logprobs(rng, B, T), random_logprobs(rng, B, T)
+        adv = [[rng.choice([-1.0, -0.25, 0.0, 0.5]) for _ in range(T)] for _ in range(B)]
+        delta = rng.choice([0, 0.125, 0.5])
+        out = evaluate("mask.opsm", {"logprobs": lp, "sampler_logprobs": mu, "advantages": adv, "mask": mask},
+                       {"delta": delta, "advantage_gate": "token"})
+        for i in range(B):
+            kappa = out["seq_stat"][i]
+            want = [(not (adv[i][t] < 0 and kappa > delta)) if mask[i][t] else None for t in range(T)]
+            assert out["keep"][i] == want
+            assert out["seq_keep"][i] == all(k for k in want if k is not None)
+
+
+def test_opsm_token_gate_keeps_the_positive_token_of_slime_1917():
+    inputs = {"logprobs": [[0.0, 0.0, 0.0]], "sampler_logprobs": [[1.0, 1.0, 1.0]],
+              "advantages": [[-0.5, 0.25, -0.25]], "mask": [[True, True, True]]}
+    assert evaluate("mask.opsm", inputs, {"delta": "0.1"})["keep"] == [[False, False, False]]
+    tok = evaluate("mask.opsm", inputs, {"delta": "0.1", "advantage_gate": "token"})
+    assert tok["keep"] == [[False, True, False]] and tok["seq_keep"] == [False]
+    with pytest.raises(SpecError, match="parameter 'advantage_gate'"):
+        evaluate("mask.opsm", inputs, {"advantage_gate": "sequence"})

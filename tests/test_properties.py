@@ -60,12 +60,13 @@ def test_a_broken_invariance_is_reported_by_the_reference_check(monkeypatch):
 
     ex = {"inputs": {"values": [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]], "mask": [[True] * 4, [True] * 4]},
           "params": {}, "cp": {"cp_size": 2, "layout": "thd", "ownership": "position"}}
-    P._cp_reference("agg.sample_mean", ex)        # holds with the real split
-    monkeypatch.setattr(P, "_owner", lambda e: shifted(e["inputs"]["mask"], 2, "thd", "position", None)[0])
-    P._cp_reference("agg.sample_mean", ex)        # any partition of the tokens still sums ...
-    monkeypatch.setattr(P, "_rank_masks", lambda e: [[[True] * 4, [True] * 4], [[False] * 4, [True] * 4]])
+    cp = P.cp_rank_sum                            # the property's module
+    cp._cp_reference("agg.sample_mean", ex)       # holds with the real split
+    monkeypatch.setattr(cp, "_owner", lambda e: shifted(e["inputs"]["mask"], 2, "thd", "position", None)[0])
+    cp._cp_reference("agg.sample_mean", ex)       # any partition of the tokens still sums ...
+    monkeypatch.setattr(cp, "_rank_masks", lambda e: [[[True] * 4, [True] * 4], [[False] * 4, [True] * 4]])
     with pytest.raises(AssertionError, match="sum of rank values"):
-        P._cp_reference("agg.sample_mean", ex)    # ... but counting a token twice does not
+        cp._cp_reference("agg.sample_mean", ex)   # ... but counting a token twice does not
 
 
 # Published anchors the properties carry ----------------------------------------------------------

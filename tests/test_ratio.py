@@ -139,3 +139,54 @@ def test_agrees_with_independent_float64_numpy():
             for t in range(T):
                 if mask[i][t]:
                     assert math.isclose(float(rt["ratio"][i][t]), token[i, t], rel_tol=4e-16 * 8)
+
+
+# The two placements of a log-ratio bound (Liger-Kernel fork PR #4; spec/ratio.md) ---------------
+
+D30 = {"logprobs": [[0.0, -1.0]], "old_logprobs": [[-30.0, -1.0]], "mask": [[True, True]]}
+
+
+def test_per_token_clamp_before_the_mean_keeps_the_unclamped_tokens_gradient():
+    """d = (30, 0), k = 20: s = e^10 with gradient (0, e^10/2); the mean cap gives e^15 or a zero gradient."""
+    per_token = evaluate("ratio.sequence_geometric", D30, {"log_ratio_clamp": 20})
+    with mp.workdps(60):
+        e10 = mp.exp(10)
+        assert abs(per_token["ratio"][0] - e10) <= e10 * mpf(10) ** -55
+        g = per_token["grad"]["logprobs"][0]
+        assert g[0] == 0 and abs(g[1] - e10 / 2) <= e10 * mpf(10) ** -55
+        cap20 = evaluate("ratio.sequence_geometric", D30, {"log_ratio_max": 20})
+        assert abs(cap20["ratio"][0] - mp.exp(15)) <= mp.exp(15) * mpf(10) ** -55
+        assert all(abs(x - mp.exp(15) / 2) <= mp.exp(15) * mpf(10) ** -55 for x in cap20["grad"]["logprobs"][0])
+        cap10 = evaluate("ratio.sequence_geometric", D30, {"log_ratio_max": 10})
+        assert abs(cap10["ratio"][0] - e10) <= e10 * mpf(10) ** -55
+        assert cap10["grad"]["logprobs"] == [[0, 0]]
+
+
+def test_per_token_clamp_equals_the_ratio_of_clamped_log_ratios():
+    """Identity: s(l, l_old; k) = s(l, l - clip(l - l_old, -k, k)) in value, on random inputs."""
+    rng = random.Random(901)
+    for _ in range(20):
+        B, T, k = 3, 6, rng.choice([0.25, 0.5, 1.0, 2.0])
+        mask = random_mask(rng, B, T)
+        lp = [[rng.uniform(-4, 0) for _ in range(T)] for _ in range(B)]
+        old = [[rng.uniform(-4, 0) for _ in range(T)] for _ in range(B)]
+        got = evaluate("ratio.sequence_geometric", {"logprobs": lp, "old_logprobs": old, "mask": mask},
+                       {"log_ratio_clamp": k})["ratio"]
+        with mp.workdps(80):
+            shifted = [[mpf(lp[i][t]) - max(-mpf(k), min(mpf(k), mpf(lp[i][t]) - mpf(old[i][t]))) for t in range(T)]
+                       for i in range(B)]
+        want = evaluate("ratio.sequence_geometric", {"logprobs": lp, "old_logprobs": shifted, "mask": mask})["ratio"]
+        for a, b in zip(got, want):
+            assert abs(a - b) <= abs(b) * mpf(10) ** -50
+
+
+def test_per_token_clamp_that_never_binds_changes_nothing():
+    free = evaluate("ratio.sequence_geometric", BASE)
+    clamped = evaluate("ratio.sequence_geometric", BASE, {"log_ratio_clamp": 20})
+    assert free == clamped
+    assert check_gradient_fd("ratio.sequence_geometric", D30, {"log_ratio_clamp": 20}) == 2
+
+
+def test_per_token_clamp_must_be_positive():
+    with pytest.raises(SpecError, match="parameter 'log_ratio_clamp'"):
+        evaluate("ratio.sequence_geometric", BASE, {"log_ratio_clamp": 0})

@@ -573,3 +573,87 @@ def test_vespo_agrees_with_independent_float64_numpy():
                     if m[i, t]:
                         _close(ref["loss"][i][t], loss[i, t], rel + 4 * U, 0)
                         _close(ref["grad"]["logprobs"][i][t], grad[i, t], rel + 2 * U, 0)
+
+
+# Liger-Kernel fork PR #4: the per-token clamp before GSPO's sequence mean -------------------------
+
+def test_gspo_per_token_clamp_is_the_ppo_clip_of_the_clamped_sequence_ratio():
+    """Identity: surrogate.gspo(k) = max(-A s, -A clip(s, ...)) with s = ratio.sequence_geometric(k)."""
+    rng = random.Random(902)
+    for _ in range(10):
+        B, T = 3, 5
+        mask = random_mask(rng, B, T)
+        lp, old = random_logprobs(rng, B, T, lo=-8.0), random_logprobs(rng, B, T, lo=-8.0)
+        adv = [rng.choice([-1.5, -0.5, 0.5, 2.0]) for _ in range(B)]
+        k = rng.choice([0.125, 0.5, 2.0])
+        params = {"log_ratio_clamp": k, "eps_low": "0.2", "eps_high": "0.2"}
+        loss = evaluate("surrogate.gspo", {"logprobs": lp, "old_logprobs": old, "mask": mask, "advantages": adv},
+                        params)["loss"]
+        s = evaluate("ratio.sequence_geometric", {"logprobs": lp, "old_logprobs": old, "mask": mask},
+                     {"log_ratio_clamp": k})["ratio"]
+        with mp.workdps(60):
+            for i in range(B):
+                want = max(-adv[i] * s[i], -adv[i] * min(max(s[i], mpf("0.8")), mpf("1.2"))) if any(mask[i]) else 0
+                assert abs(loss[i] - want) <= mpf(10) ** -50
+
+
+def test_gspo_per_token_clamp_gradient_30_0():
+    d30 = {"logprobs": [[0.0, -1.0]], "old_logprobs": [[-30.0, -1.0]], "mask": [[True, True]], "advantages": [-1.0]}
+    out = evaluate("surrogate.gspo", d30, {"log_ratio_clamp": 20})
+    with mp.workdps(60):
+        assert abs(out["loss"][0] - mp.exp(10)) <= mp.exp(10) * mpf(10) ** -55
+        g = out["grad"]["logprobs"][0]
+        assert g[0] == 0 and abs(g[1] - mp.exp(10) / 2) <= mp.exp(10) * mpf(10) ** -55
+    assert check_gradient_fd("surrogate.gspo", d30, {"log_ratio_clamp": 20}) == 2
+
+
+# surrogate.gspo_document (Fast-LLM PR #502: GSPO over packed documents) ---------------------------
+
+def test_gspo_document_with_one_document_per_row_is_gspo_times_the_length():
+    rng = random.Random(907)
+    for _ in range(10):
+        B, T = 3, 6
+        mask = random_mask(rng, B, T)
+        lp, old = random_logprobs(rng, B, T, lo=-3.0), random_logprobs(rng, B, T, lo=-3.0)
+        adv = [rng.choice([-1.5, -0.5, 0.5, 2.0]) for _ in range(B)]
+        base = {"logprobs": lp, "old_logprobs": old, "mask": mask, "advantages": adv}
+        eps = {"eps_low": "0.2", "eps_high": "0.2"}
+        doc = evaluate("surrogate.gspo_document", {**base, "document_ids": [[10 + i] * T for i in range(B)]}, eps)
+        seq = evaluate("surrogate.gspo", base, eps)
+        assert doc["segment_ids"] == [10 + i for i in range(B)]
+        with mp.workdps(60):
+            for i in range(B):
+                L = sum(mask[i])
+                assert doc["token_count"][i] == L
+                assert abs(doc["loss"][i] - seq["loss"][i]) <= mpf(10) ** -50
+                assert abs(doc["weighted_loss"][i] - L * seq["loss"][i]) <= mpf(10) ** -50
+                for t in range(T):   # Fast-LLM's uniform gradient: L_i times GSPO's (-A s / L_i)
+                    if mask[i][t]:
+                        assert abs(doc["grad"]["logprobs"][i][t] - L * seq["grad"]["logprobs"][i][t]) <= mpf(10) ** -48
+
+
+def test_gspo_document_gradient_is_uniform_per_document_and_the_ratio_is_sdp_segment():
+    """d(sum_s N_s l_s)/dl_t = -A_s R_s (or 0 where clipped) at every token of s, across rows; R_s = dist.sdp_segment."""
+    rng = random.Random(908)
+    for _ in range(10):
+        B, T = 3, 6
+        mask = random_mask(rng, B, T)
+        lp, old = random_logprobs(rng, B, T, lo=-2.0), random_logprobs(rng, B, T, lo=-2.0)
+        adv = [[rng.choice([-1.0, 0.5, 1.5]) for _ in range(T)] for _ in range(B)]
+        docs = [[rng.randint(0, 3) for _ in range(T)] for _ in range(B)]
+        inputs = {"logprobs": lp, "old_logprobs": old, "mask": mask, "advantages": adv, "document_ids": docs}
+        out = evaluate("surrogate.gspo_document", inputs)
+        seg = evaluate("dist.sdp_segment", {"logprobs": lp, "old_logprobs": old, "mask": mask, "document_ids": docs},
+                       {"sdp_size": 2})
+        assert out["segment_ids"] == seg["segment_ids"]
+        with mp.workdps(60):
+            for k, s in enumerate(out["segment_ids"]):
+                assert abs(out["ratio"][k] - seg["ratio"][k]) <= out["ratio"][k] * mpf(10) ** -50
+                r, a = out["ratio"][k], out["advantage"][k]
+                clipped = (a > 0 and r > mpf("1.2")) or (a < 0 and r < mpf("0.8"))
+                want = 0 if clipped else -a * r
+                for i in range(B):
+                    for t in range(T):
+                        if mask[i][t] and docs[i][t] == s:
+                            assert abs(out["grad"]["logprobs"][i][t] - want) <= mpf(10) ** -48
+    assert check_gradient_fd("surrogate.gspo_document", inputs) == sum(map(sum, mask))

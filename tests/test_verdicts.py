@@ -300,3 +300,13 @@ link = "{LINK}"
     v = formula_verdicts([r.to_json() for r in declared.results])["kl.k3"]
     assert declared.exit_code() == 1    # the numeric cases of lax fail: the rule does not hide them
     assert v["validation"].get("convention") and "convention" not in v["counts"]
+
+
+def test_the_torch_backend_rejects_every_expected_error_case():
+    torch_adapter = runner.load_adapter("torch")
+    cases = [c for c in runner.select_cases("*") if c["category"] == "error"]
+    assert len(cases) > 500
+    results = [runner.run_case(torch_adapter, c, "float64", "cpu") for c in cases]
+    bad = [(r.case_id, r.outcome, r.message[:200]) for r in results
+           if r.outcome != "pass" and not (r.outcome == "not-applicable" and "/error-ragged-" in r.case_id)]
+    assert not bad, bad

@@ -128,10 +128,19 @@ def prompt_mean(inputs, params):
         D = torch.zeros(G, dtype=torch.long, device=v.device).index_add(0, inv, sequence_lengths(m))
     else:   # the same count for every member of a group: any member's entry
         D = torch.zeros(G, dtype=torch.long, device=v.device).scatter(0, inv, given)
+    per_group = divide(group_sums, D.to(v.dtype))
+    if param(fid, params, "step_divisor") == "sequences":   # slime #2090: / step_global_batch_size
+        if param(fid, params, "num_groups") is not None:
+            raise ValueError("agg.prompt_mean: parameter 'num_groups' must be null with step_divisor='sequences'")
+        n_seq = as_count(param(fid, params, "num_sequences"), v.device)
+        if n_seq is None:
+            n_seq = torch.as_tensor(m.shape[0], device=v.device)
+        return {"value": divide(per_group.sum(), n_seq.to(v.dtype))}
+    if param(fid, params, "num_sequences") is not None:
+        raise ValueError("agg.prompt_mean: parameter 'num_sequences' applies only to step_divisor='sequences'")
     n_grp = as_count(param(fid, params, "num_groups"), v.device)
     if n_grp is None:
         n_grp = count_nonempty(D, param(fid, params, "count_empty_groups"))
-    per_group = divide(group_sums, D.to(v.dtype))
     return {"value": divide(per_group.sum(), n_grp.to(v.dtype))}
 
 
@@ -167,7 +176,7 @@ DENOMINATOR_PARAMS = {
     "agg.sample_mean": ("num_sequences", "sequence_token_counts"),
     "agg.seq_mean_token_sum": ("num_sequences",),
     "agg.constant": ("num_sequences",),
-    "agg.prompt_mean": ("num_groups", "group_token_counts"),
+    "agg.prompt_mean": ("num_groups", "group_token_counts", "num_sequences"),
     "agg.document_mean": ("num_documents", "document_token_counts"),
 }
 
@@ -199,7 +208,10 @@ def full_denominators(aggregator, inputs, params):
             per_group = torch.zeros(ids.numel(), dtype=torch.long, device=dev).index_add(0, inv, L)
             D = per_group[inv]
         p["group_token_counts"] = D
-        if get("num_groups") is None:
+        if param(aggregator, p, "step_divisor") == "sequences":
+            if get("num_sequences") is None:
+                p["num_sequences"] = torch.as_tensor(m.shape[0], device=dev)
+        elif get("num_groups") is None:
             Dg = torch.zeros(ids.numel(), dtype=torch.long, device=dev).scatter(0, inv, D)
             p["num_groups"] = count_nonempty(Dg, param(aggregator, p, "count_empty_groups"))
     elif aggregator == "agg.document_mean":

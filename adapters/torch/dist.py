@@ -22,7 +22,7 @@ from .agg import param
 
 
 # Context-parallel zig-zag split ------------------------------------------------------------------
-def owner_map(mask, cp_size, layout, ownership, sequence_lengths=None):
+def owner_map(mask, cp_size, layout, ownership, sequence_lengths=None, max_seq_len=None):
     """(rank [B,T], chunk [B,T], chunk_size [B]) as long tensors; -1 at masked positions."""
     B, T = mask.shape
     dev = mask.device
@@ -36,7 +36,10 @@ def owner_map(mask, cp_size, layout, ownership, sequence_lengths=None):
     if layout == "thd":
         c = (n + two_c - 1) // two_c
     else:
-        c = torch.full((B,), (T + two_c - 1) // two_c, dtype=torch.long, device=dev)
+        if max_seq_len is not None and bool((n > max_seq_len).any()):
+            raise ValueError("dist.cp_split: parameter 'max_seq_len' is shorter than a sequence")
+        S = T if max_seq_len is None else int(max_seq_len)   # slime bshd: the micro-batch's max length
+        c = torch.full((B,), (S + two_c - 1) // two_c, dtype=torch.long, device=dev)
     p = pos - 1 if ownership == "logit" else pos
     if ownership == "logit" and T and bool(mask[:, 0].any()):
         raise ValueError("dist.cp_split: ownership='logit' and an unmasked position 0 (it has no logit)")
@@ -47,8 +50,11 @@ def owner_map(mask, cp_size, layout, ownership, sequence_lengths=None):
 
 
 def _cp_args(params, fid):
-    return (param(fid, params, "cp_size"), param(fid, params, "layout"), param(fid, params, "ownership"),
-            param(fid, params, "sequence_lengths"))
+    layout, max_seq_len = param(fid, params, "layout"), param(fid, params, "max_seq_len")
+    if max_seq_len is not None and layout != "bshd":
+        raise ValueError(f"{fid}: parameter 'max_seq_len' applies only to layout='bshd'")
+    return (param(fid, params, "cp_size"), layout, param(fid, params, "ownership"),
+            param(fid, params, "sequence_lengths"), max_seq_len)
 
 
 def cp_split(inputs, params):
@@ -157,7 +163,42 @@ def sdp_segment(inputs, params):
             "ratio": torch.exp(log_ratio)}
 
 
+# Fast-LLM docs_per_step -----------------------------------------------------------------------------
+def docs_per_step(inputs, params):
+    """Fetch micro-batches until their distinct-document count reaches the target (Fast-LLM
+    _prefetch_to_doc_target); every fetched micro-batch's token sum is divided by the step total D."""
+    fid = "dist.docs_per_step"
+    v, m, docs = inputs["values"], inputs["mask"], inputs["document_ids"]
+    B = m.shape[0]
+    sizes = param(fid, params, "micro_batch_sizes") or [1] * B
+    target = int(param(fid, params, "docs_per_step"))
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    counts, seen = [], set()
+    for start, size in zip(starts, sizes):
+        ids = set(torch.unique(docs[start:start + size][m[start:start + size]]).tolist())
+        if ids & seen:
+            raise ValueError(f"{fid}: a document spans two micro-batches")
+        seen |= ids
+        counts.append(len(ids))
+    running, K = 0, None
+    for k, n in enumerate(counts):
+        running += n
+        if running >= target:
+            K = k + 1
+            break
+    if K is None:
+        raise ValueError(f"{fid}: docs_per_step={target} exceeds the {running} documents of the input")
+    D = sum(counts[:K])
+    sums = [torch.where(m[st:st + sz], v[st:st + sz], torch.zeros_like(v[st:st + sz])).sum()
+            for st, sz in zip(starts, sizes)]
+    contributions = torch.stack([s / D if k < K else torch.full_like(s, float("nan")) for k, s in enumerate(sums)])
+    total = torch.stack(sums[:K]).sum() / D
+    return {"micro_batches": torch.tensor(K), "num_documents": torch.tensor(D), "contributions": contributions,
+            "total": total}
+
+
 IMPLEMENTATIONS = {
+    "dist.docs_per_step": docs_per_step,
     "dist.cp_split": cp_split,
     "dist.cp_reduce": cp_reduce,
     "dist.accumulate": accumulate,

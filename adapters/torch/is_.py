@@ -69,7 +69,7 @@ def mask_weight(rho, keep):
 
 
 def _check_bounds(fid, lo_name, lo, hi_name, hi):
-    if lo is None and hi is None:
+    if lo is None and hi is None and not fid.endswith(".truncate"):  # truncate: the untruncated weight
         raise ValueError(f"{fid}: at least one of {lo_name!r} and {hi_name!r} must be set")
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"{fid}: {lo_name!r} must be <= {hi_name!r}, got {lo} and {hi}")

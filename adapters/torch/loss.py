@@ -16,7 +16,7 @@ the spec's (spec/loss.md, "The common structure"):
   float32) would otherwise become NaN, and the token keeps its place in the denominator because the
   aggregator sees the input mask;
 * the KL term is added after the factors (it is never masked or IS-weighted) and is aggregated
-  with the policy term;
+  with the policy term, or by its own aggregator when ``kl_aggregation`` is not 'policy' (slime);
 * the IS weight, the OPSM statistic and the masks are computed from detached log-probs.
 
 Parameters are read by their spec names with the reference registry's defaults.
@@ -34,9 +34,9 @@ from . import kl as tkl
 from . import mask as tmask
 from . import surrogate as tsur
 
-OPTION_NAMES = ("is_level", "is_mode", "is_c_min", "is_c_max", "is_log_ratio_clamp", "opsm_delta",
+OPTION_NAMES = ("is_level", "is_mode", "is_c_min", "is_c_max", "is_log_ratio_clamp", "opsm_delta", "opsm_advantage_gate",
                 "entropy_quantile", "beta", "kl_estimator", "kl_log_ratio_min", "kl_log_ratio_max",
-                "kl_output_min", "kl_output_max", "kl_sg_ratio_where_clamped")
+                "kl_output_min", "kl_output_max", "kl_sg_ratio_where_clamped", "kl_aggregation")
 
 
 def _param(fid, params, name):
@@ -86,12 +86,12 @@ def is_weight(opts, inputs):
 
 
 def opsm_keep(opts, inputs):
-    """M^opsm_i [B] of mask.opsm on sg[l], or None when opsm_delta is null."""
+    """M^opsm [B, T] of mask.opsm on sg[l] (its advantage_gate), or None when opsm_delta is null."""
     if opts["opsm_delta"] is None:
         return None
     sub = {"logprobs": inputs["logprobs"].detach(), "sampler_logprobs": inputs["sampler_logprobs"],
            "advantages": inputs["advantages"], "mask": inputs["mask"]}
-    return tmask.opsm(sub, {"delta": opts["opsm_delta"]})["seq_keep"]
+    return tmask.opsm(sub, {"delta": opts["opsm_delta"], "advantage_gate": opts["opsm_advantage_gate"]})["keep"]
 
 
 def entropy_keep(opts, inputs):
@@ -129,9 +129,9 @@ def compose(fid, inputs, params, pg, aggregate, *, needs_groups=False, sampler_r
     if w is not None:
         pg = torch.where(w == 0, zero, pg * w)  # w = 1 leaves pg as it is; w = 0 is a drop
     drop = None
-    keep_seq = opsm_keep(opts, inputs)
-    if keep_seq is not None:
-        drop = ~keep_seq.unsqueeze(-1).expand(pg.shape)
+    keep_opsm = opsm_keep(opts, inputs)
+    if keep_opsm is not None:
+        drop = ~keep_opsm.expand(pg.shape)
     keep_tok = entropy_keep(opts, inputs)
     if keep_tok is not None:
         drop = ~keep_tok if drop is None else drop | ~keep_tok
@@ -141,6 +141,10 @@ def compose(fid, inputs, params, pg, aggregate, *, needs_groups=False, sampler_r
     kl = kl_term(opts, inputs)
     if kl is not None:
         term = pg + float(opts["beta"]) * kl
+        if opts["kl_aggregation"] != "policy":   # slime: the KL keeps its own aggregator
+            kl_agg = _agg(f"agg.{opts['kl_aggregation']}")
+            loss = aggregate(pg, inputs["mask"]) + float(opts["beta"]) * kl_agg(kl, inputs["mask"])
+            return {"loss": loss, "terms": term}
     return {"loss": aggregate(term, inputs["mask"]), "terms": term}
 
 
@@ -168,9 +172,10 @@ def _ppo(fid, inputs, params, clamp_name="log_ratio_clamp"):
     return tsur.ppo_clip(inputs, sub)["loss"]
 
 
-def _gspo_seq(fid, inputs, params, cap_name="log_ratio_max"):
+def _gspo_seq(fid, inputs, params, cap_name="log_ratio_max", clamp_name="log_ratio_clamp"):
     sub = {"eps_low": _real(fid, params, "eps_low"), "eps_high": _real(fid, params, "eps_high"),
-           "log_ratio_max": _real(fid, params, cap_name) if cap_name else None}
+           "log_ratio_max": _real(fid, params, cap_name) if cap_name else None,
+           "log_ratio_clamp": _real(fid, params, clamp_name) if clamp_name else None}
     return tsur.gspo(inputs, sub)["loss"]
 
 
@@ -233,7 +238,7 @@ def gmpo(inputs, params):
 def luspo(inputs, params):
     fid = "loss.luspo"
     if _param(fid, params, "ratio_level") == "sequence":
-        pg = _broadcast(_gspo_seq(fid, inputs, params, cap_name=None), inputs["mask"])
+        pg = _broadcast(_gspo_seq(fid, inputs, params, cap_name=None, clamp_name=None), inputs["mask"])
     else:
         pg = _ppo(fid, inputs, params, clamp_name=None)
     return compose(fid, inputs, params, pg, _agg("agg.seq_mean_token_sum"))

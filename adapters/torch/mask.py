@@ -51,6 +51,12 @@ def opsm(inputs, params):
     m = inputs["mask"]
     kappa = mean_log_ratio(inputs["sampler_logprobs"], inputs["logprobs"], m)
     adv = sequence_advantage(inputs["advantages"], m)
+    if choice(fid, params, "advantage_gate") == "token":   # DeepSeek-V3.2 Eq. 9: each token's own A_{i,t}
+        a = inputs["advantages"]
+        a = a.unsqueeze(-1).expand(m.shape) if a.dim() == 1 else a
+        keep_tok = ~((a < 0) & (kappa > delta).unsqueeze(-1)) & m
+        seq_keep = (keep_tok | ~m).all(-1)
+        return {"seq_keep": seq_keep, "keep": keep_tok, "seq_stat": kappa, "seq_advantage": adv}
     keep = ~((adv < 0) & (kappa > delta))
     return {"seq_keep": keep, "keep": _broadcast(keep, m), "seq_stat": kappa, "seq_advantage": adv}
 

@@ -24,15 +24,15 @@ def sequence_product(inputs, params):
     return {"ratio": torch.exp(_clamp(masked_log_ratio(inputs).sum(-1), params.get("log_ratio_clamp")))}
 
 
-def mean_log_ratio(inputs):
-    """(1/L_i) sum_t m (l - l_old), 0 for an empty sequence."""
+def mean_log_ratio(inputs, clamp=None):
+    """(1/L_i) sum_t m clip(l - l_old, -k, k), 0 for an empty sequence (no clip when k is None)."""
     lengths = inputs["mask"].sum(-1)
-    return masked_log_ratio(inputs).sum(-1) / lengths.clamp(min=1)
+    return _clamp(masked_log_ratio(inputs), clamp).sum(-1) / lengths.clamp(min=1)
 
 
 def sequence_geometric(inputs, params):
     cap = params.get("log_ratio_max")
-    log_s = mean_log_ratio(inputs)
+    log_s = mean_log_ratio(inputs, params.get("log_ratio_clamp"))
     if cap is not None:
         log_s = torch.clamp(log_s, max=cap)
     return {"ratio": torch.exp(log_s)}

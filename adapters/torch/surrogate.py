@@ -159,7 +159,7 @@ def gspo(inputs, params):
     fid = "surrogate.gspo"
     m = inputs["mask"]
     a = sequence_advantages(inputs)
-    log_s = _mean_log_ratio(log_ratio(inputs), m)
+    log_s = _mean_log_ratio(_clamp(log_ratio(inputs), _param(params, fid, "log_ratio_clamp")), m)
     cap = _param(params, fid, "log_ratio_max")
     if cap is not None:
         log_s = torch.clamp(log_s, max=cap)
@@ -255,7 +255,28 @@ def vespo(inputs, params):
     return {"loss": loss, "phi": phi}
 
 
+def gspo_document(inputs, params):
+    """Fast-LLM PR #502's packed-document GSPO: per-document sums of (l - l_old, A, 1) over the
+    unmasked tokens (document ids global across rows), R_s = exp(sum / N_s), A_s stopped,
+    l_s = max(-A_s R_s, -A_s clip(R_s)), weighted_loss_s = N_s l_s."""
+    fid = "surrogate.gspo_document"
+    m, docs = inputs["mask"], inputs["document_ids"]
+    d = log_ratio(inputs)[m]
+    a = token_advantages(inputs)[m].detach()
+    ids, inv = torch.unique(docs[m], sorted=True, return_inverse=True)
+    K = ids.numel()
+    counts = torch.bincount(inv, minlength=K)
+    n = counts.to(d.dtype)
+    lrn = torch.zeros(K, dtype=d.dtype, device=d.device).index_add(0, inv, d)
+    adv = torch.zeros(K, dtype=d.dtype, device=d.device).index_add(0, inv, a) / n
+    r = exp_(lrn / n)
+    loss = ppo_clip_loss(r, adv, _param(params, fid, "eps_low"), _param(params, fid, "eps_high"))
+    return {"segment_ids": ids, "token_count": counts, "ratio": r, "advantage": adv, "loss": loss,
+            "weighted_loss": loss * n}
+
+
 IMPLEMENTATIONS = {
+    "surrogate.gspo_document": gspo_document,
     "surrogate.pg": pg,
     "surrogate.ppo_clip": ppo_clip,
     "surrogate.dual_clip": dual_clip,

@@ -218,6 +218,42 @@ def cases():
         Case(f"{fid}/count-empty-groups", fid, "edge", "count_empty_groups: the empty group counts, N_grp = 2",
              {"values": Q, "mask": [QM[0], QM[1], [False] * 4], "group_ids": QG}, {"count_empty_groups": True}),
     ]
+    # slime #2090 (its commits): the step sum of per-prompt token means divided by the SAMPLE count
+    s2090 = {"values": [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0], [0.5, 0.25, 0.125]],
+             "mask": [[True, True, False], [True, False, False], [True, True, False], [True, True, True]],
+             "group_ids": [0, 0, 1, 1]}
+    out += [
+        Case(f"{fid}/slime-2090-divide-by-groups", fid, "example",
+             "N = 4 rollouts in P = 2 prompts of 2: per-prompt token means (1 + 2 + 4)/3 = 7/3 and "
+             "(7 + 8 + 0.875)/5 = 3.175, step_divisor 'groups' (default, DAPO Eq. 8): (7/3 + 3.175)/2 = 2.7541666667",
+             s2090, {}, ("https://github.com/THUDM/slime/pull/2090",)),
+        Case(f"{fid}/slime-2090-divide-by-sequences", fid, "example",
+             "the same batch with step_divisor 'sequences' (slime #2090 divides by step_global_batch_size = N = 4): "
+             "(7/3 + 3.175)/4 = 1.3770833333 = (P/N) x the 'groups' value; gradient 1/12 and 1/20",
+             s2090, {"step_divisor": "sequences"}, ("https://github.com/THUDM/slime/pull/2090",)),
+        Case(f"{fid}/divide-by-sequences-global", fid, "example",
+             "step_divisor 'sequences' with the step's sample count num_sequences = 16 and global group counts "
+             "(a micro-batch of a larger step): (7/3 + 3.175)/16 scaled by D_g = (6, 10)",
+             s2090, {"step_divisor": "sequences", "num_sequences": 16, "group_token_counts": [6, 6, 10, 10]}),
+        Case(f"{fid}/divide-by-sequences-empty-row", fid, "edge",
+             "step_divisor 'sequences' counts every sample, an empty one too (step_global_batch_size): N = 4",
+             {**s2090, "mask": [s2090["mask"][0], [False] * 3, s2090["mask"][2], s2090["mask"][3]]},
+             {"step_divisor": "sequences"}),
+    ]
+    # Fast-LLM PR #502 normalize_by_documents: the step's token sum / its document count D
+    fid = "agg.constant"
+    fl = {"values": [[-1.25, 0.5, 2.0, 0.0], [0.75, -0.25, 0.0, 0.0], [1.5, 1.0, -0.5, 0.125]],
+          "mask": [[True, True, True, False], [True, True, False, False], [True, True, True, True]]}
+    out += [
+        Case(f"{fid}/fast-llm-normalize-by-documents", fid, "example",
+             "Fast-LLM normalize_by_documents over 3 rollouts: the token sum 3.875 / D = 3 documents = 1.2916666667 "
+             "(the reported loss; Fast-LLM's gradient divides by D^2 = 9, i.e. divisor 9), gradient 1/3",
+             fl, {"divisor": 3, "divide_by": "K"}, ("https://github.com/ServiceNow/Fast-LLM/pull/502",)),
+        Case(f"{fid}/fast-llm-normalize-by-documents-gradient", fid, "example",
+             "the gradient Fast-LLM applies under normalize_by_documents: the same sum / D^2 = 9 (DeepSpeed's "
+             "1/batch_size^2 gradient buffer): 0.43055555556, gradient 1/9",
+             fl, {"divisor": 9, "divide_by": "K"}, ("https://github.com/ServiceNow/Fast-LLM/pull/502",)),
+    ]
     fid = "agg.document_mean"
     out += [
         Case(f"{fid}/worked", fid, "example",

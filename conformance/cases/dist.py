@@ -242,5 +242,84 @@ def sdp_cases():
     return out
 
 
+SLIME_2060 = ("https://github.com/THUDM/slime/pull/2060",)
+# a micro-batch whose longest sequence is 6 positions, held in arrays padded to 10
+MB10 = [[t >= 1 and t < 6 for t in range(10)], [t >= 1 and t < 4 for t in range(10)]]
+
+
+def bshd_max_seq_len_cases():
+    """slime PR #2060's bshd layout: each row cut by the micro-batch's maximum length, not the array width."""
+    split, reduce = "dist.cp_split", "dist.cp_reduce"
+    vals = [[0.5 * t - 1.0 for t in range(10)], [2.0 - 0.25 * t for t in range(10)]]
+    return [
+        Case(f"{split}/bshd-max-seq-len-6", split, "example",
+             "bshd, C = 2, arrays of width T = 10 but max_seq_len 6 (slime's max_seq_lens): c = ceil(6/4) = 2, "
+             "logit p = t - 1 -> chunk p // 2 -> ranks 0 0 1 1 1 (row 0, tokens 1..5)",
+             {"mask": MB10}, {"cp_size": 2, "layout": "bshd", "max_seq_len": 6}, SLIME_2060),
+        Case(f"{split}/bshd-padded-width-10", split, "example",
+             "the same rows with max_seq_len null: c = ceil(10/4) = 3, the padded width decides (chunks of 3): "
+             "ranks 0 0 0 1 1 for row 0 -- a different split", {"mask": MB10}, {"cp_size": 2, "layout": "bshd"}),
+        Case(f"{split}/bshd-max-seq-len-padded-up", split, "edge",
+             "max_seq_len 8 (6 rounded up to a pad multiple of 4, as slime does): c = 2, C = 2",
+             {"mask": MB10}, {"cp_size": 2, "layout": "bshd", "max_seq_len": 8}, SLIME_2060),
+        Case(f"{split}/thd-same-rows", split, "example",
+             "thd on the same rows: each row cut by its own length (6 and 4): c = 2 and 1",
+             {"mask": MB10}, {"cp_size": 2, "layout": "thd"}, SLIME_2060),
+        Case(f"{reduce}/bshd-max-seq-len-6", reduce, "example",
+             "sample mean under bshd with max_seq_len 6, C = 2: the rank partials add up to the unsharded value",
+             {"values": vals, "mask": MB10},
+             {"cp_size": 2, "layout": "bshd", "max_seq_len": 6, "aggregator": "agg.sample_mean"}, SLIME_2060),
+        Case(f"{reduce}/bshd-max-seq-len-3-ranks", reduce, "edge",
+             "token mean under bshd with max_seq_len 6, C = 3: c = 1",
+             {"values": vals, "mask": MB10}, {"cp_size": 3, "layout": "bshd", "max_seq_len": 6}, SLIME_2060),
+        Case(f"{reduce}/thd-same-rows", reduce, "example",
+             "sample mean under thd on the same rows, C = 2",
+             {"values": vals, "mask": MB10}, {"cp_size": 2, "layout": "thd", "aggregator": "agg.sample_mean"},
+             SLIME_2060),
+    ]
+
+
+FASTLLM_502 = ("https://github.com/ServiceNow/Fast-LLM/pull/502",)
+
+
+def docs_per_step_cases():
+    """Fast-LLM PR #502 docs_per_step: fetch micro-batches until the document target, divide by the step total."""
+    fid = "dist.docs_per_step"
+    # four rollouts, one per row (document id = row)
+    one = {"values": [[1.0, 2.0, 0.0], [-4.0, 0.5, 0.25], [3.0, 0.0, 0.0], [8.0, 8.0, 8.0]],
+           "mask": [[True, True, False], [True, True, True], [True, False, False], [True, True, True]],
+           "document_ids": [[0, 0, 0], [1, 1, 1], [2, 2, 2], [3, 3, 3]]}
+    # packed rows of two documents each
+    packed = {"values": [[1.0, 2.0, 3.0, 4.0], [0.5, -0.5, 1.5, 2.5], [9.0, 9.0, 9.0, 9.0]],
+              "mask": [[True, True, True, True], [True, True, True, False], [True, True, True, True]],
+              "document_ids": [[0, 0, 1, 1], [2, 3, 3, 3], [4, 4, 5, 5]]}
+    gen = random_inputs(409, 6, 8, ("values", "mask"), (8, 3, 6, 1, 8, 5))
+    return [
+        Case(f"{fid}/one-rollout-micro-batches", fid, "example",
+             "one rollout per micro-batch, target 3: micro-batches 0, 1, 2 fetched (D = 3); contributions "
+             "3/3, -3.25/3, 3/3, null; total (3 - 3.25 + 3)/3 = 0.91666666667, gradient 1/3 on fetched tokens",
+             one, {"docs_per_step": 3}, FASTLLM_502),
+        Case(f"{fid}/whole-step-at-once", fid, "example",
+             "the same three rollouts as one micro-batch of 3 rows (and the fourth alone): D = 3, the same total "
+             "0.91666666667 (accumulation = the whole step at once)", one,
+             {"docs_per_step": 3, "micro_batch_sizes": [3, 1]}, FASTLLM_502),
+        Case(f"{fid}/overshoot", fid, "example",
+             "packed micro-batches of 2 documents each, target 3: two micro-batches fetched, D = 4 > 3 (the step "
+             "total, not the target, divides): (10 + 1.5)/4 = 2.875", packed, {"docs_per_step": 3}, FASTLLM_502),
+        Case(f"{fid}/target-reached-exactly", fid, "edge", "target 4 on the packed rows: D = 4 after two micro-batches",
+             packed, {"docs_per_step": 4}),
+        Case(f"{fid}/target-1", fid, "edge", "target 1: the first micro-batch alone, D = 2 (its two documents)",
+             packed, {"docs_per_step": 1}),
+        Case(f"{fid}/masked-nan-inf", fid, "edge",
+             "NaN and infinities (and stray document ids) at masked positions reach no contribution or gradient",
+             {"values": [[1.0, "nan"], ["inf", 2.0]], "mask": [[True, False], [False, True]],
+              "document_ids": [[0, 7], [8, 1]]}, {"docs_per_step": 2}),
+        Case(f"{fid}/random", fid, "random",
+             "generator inputs (seed 409), 6 one-rollout rows, target 4 (one row has 1 token)",
+             {**gen, "document_ids": [[i] * 8 for i in range(6)]}, {"docs_per_step": 4}),
+    ]
+
+
 def cases():
-    return cp_split_cases() + cp_reduce_cases() + accumulate_cases() + sdp_cases()
+    return (cp_split_cases() + cp_reduce_cases() + accumulate_cases() + sdp_cases() + bshd_max_seq_len_cases()
+            + docs_per_step_cases())

@@ -325,10 +325,33 @@ def _binding():
     return out
 
 
+NEMO_2269 = ("https://github.com/NVIDIA-NeMo/RL/pull/2269",)
+
+
+def _untruncated_cases():
+    """Both bounds null in the truncate mode: the raw weight (NeMo-RL use_importance_sampling_correction,
+    #2269's is_correction_level token / sequence / sequence_mean)."""
+    none = {"c_min": None, "c_max": None}
+    return [
+        Case("is.token.truncate/untruncated", "is.token.truncate", "regression",
+             "NeMo-RL #2269 is_correction_level='token': both bounds null, w = rho = (e^0.5, 1, e^-0.25) = "
+             "(1.6487212707, 1, 0.77880078307), nothing truncated", SPEC_TOK, none, NEMO_2269),
+        Case("is.sequence.truncate/untruncated", "is.sequence.truncate", "regression",
+             "NeMo-RL #2269 is_correction_level='sequence': w = exp(sum x) = (e^0.25, e^2) = (1.2840254167, "
+             "7.3890560989), nothing truncated", SPEC_SEQ, none, NEMO_2269),
+        Case("is.geometric.truncate/untruncated", "is.geometric.truncate", "regression",
+             "NeMo-RL #2269 is_correction_level='sequence_mean': w = exp(mean x) = (e^(1/12), e) = (1.0869040495, "
+             "2.7182818285)", SPEC_SEQ, none, NEMO_2269),
+        Case("is.sequence.truncate/untruncated-log-ratio-20", "is.sequence.truncate", "edge",
+             "both bounds null at x = (20, 0) and (-20, 0): w = e^20 = 485165195.41 and e^-20 = 2.0611536224e-9",
+             X20, none),
+    ]
+
+
 def cases():
     out = _binding()
     for fid in ("is.token.truncate", "is.token.mask", "is.sequence.truncate", "is.sequence.mask",
                 "is.geometric.truncate", "is.geometric.mask"):
         out += _weight_cases(fid)
     out += _reject_cases()
-    return out
+    return out + _untruncated_cases()

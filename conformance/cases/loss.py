@@ -552,8 +552,77 @@ def binding():
     ]
 
 
+# the source pull requests (issue 9) ------------------------------------------------------------
+
+SLIME_2060 = ("https://github.com/THUDM/slime/pull/2060",)
+SLIME_2090 = ("https://github.com/THUDM/slime/pull/2090",)
+NEMO_2269 = ("https://github.com/NVIDIA-NeMo/RL/pull/2269",)
+
+
+def seeds():
+    base_tok = dict(BATCH, advantages=A_TOK)
+    base_seq = dict(BATCH, advantages=A_SEQ)
+    d30 = two([[0.0, -1.0]], [[-30.0, -1.0]], [-1.0])
+    out = [
+        case("loss.gspo", "per-token-clamp-30-0", "example",
+             "Liger-Kernel fork PR #4: d = (30, 0), A = -1, log_ratio_clamp 20 clamps each token before the mean: "
+             "s = e^10, loss e^10 = 22026.465794806718, gradient (0, e^10/2)", d30, {"log_ratio_clamp": 20}),
+        case("loss.gspo", "mean-cap-20-30-0", "example",
+             "the cap on the mean instead: d = (30, 0), A = -1, log_ratio_max 20 (not reached): loss e^15 = "
+             "3269017.3724721107, gradient e^15/2 per token", d30, {"log_ratio_max": 20}),
+        case("loss.gspo", "per-token-clamp-20", "edge", "log_ratio_clamp 20 on the +-20 batch: nothing is clamped",
+             extreme(20.0), {"log_ratio_clamp": 20}),
+    ]
+    # KL aggregated apart from the policy term (slime: --loss-aggregation changes only pg_loss)
+    out += [
+        case("loss.dr_grpo", "slime-constant-kl-sample-mean", "regression",
+             "slime --loss-aggregation constant (divisor 8): pg sum / (8 N) plus beta 0.5 times the KL's sample mean "
+             "(k3), not the KL sum / (8 N)", base_tok,
+             {"divisor": 8, "beta": 0.5, "kl_aggregation": "sample_mean"}, SLIME_2090),
+        case("loss.dapo", "token-mean-kl-sample-mean", "edge",
+             "aggregation token_mean with kl_aggregation sample_mean: the policy term's token mean plus beta 0.5 "
+             "times the KL's sample mean (slime's token_mean mode instead keeps both per token: kl_aggregation "
+             "policy, since --calculate-per-token-loss also switches the KL's reducer)", base_tok,
+             {"aggregation": "token_mean", "beta": 0.5, "kl_aggregation": "sample_mean"}),
+        case("loss.dapo", "slime-prompt-mean-kl-sample-mean", "regression",
+             "slime --loss-aggregation prompt_mean: the policy term's prompt mean plus beta 0.5 times the KL's sample "
+             "mean", base_tok, {"beta": 0.5, "kl_aggregation": "sample_mean"}, SLIME_2090),
+        case("loss.grpo", "kl-token-mean", "edge",
+             "kl_aggregation token_mean: the policy term's sample mean plus beta 0.25 times the KL's token mean",
+             base_tok, {"beta": 0.25, "kl_aggregation": "token_mean"}),
+        case("loss.gspo", "kl-sample-mean-explicit", "edge",
+             "kl_aggregation sample_mean on a sample-mean recipe equals the default 'policy' (the same value)",
+             base_seq, {"beta": 0.25, "kl_aggregation": "sample_mean"}),
+        case("loss.grpo", "kl-aggregation-beta-0", "edge",
+             "kl_aggregation has no effect when beta = 0 (no KL term)", base_tok, {"beta": 0, "kl_aggregation": "token_mean"}),
+    ]
+    # NeMo-RL #2269: the untruncated IS weight at each is_correction_level, with the GSPO ratio
+    for level, name in (("sequence", "sequence"), ("geometric", "sequence_mean"), ("token", "token")):
+        out.append(case("loss.gspo", f"nemo-rl-2269-{name}", "regression",
+                        f"NeMo-RL #2269 is_correction_level='{name}': the untruncated {level} IS weight (is_mode "
+                        f"truncate with both bounds null) times GSPO's policy term; {IS_NOTE[level]}",
+                        base_seq, {"is_level": level, "is_c_min": None, "is_c_max": None}, NEMO_2269))
+    # mask.opsm's advantage_gate inside the recipes (opsm_advantage_gate)
+    slime = {"logprobs": [[0.0, 0.0, 0.0]], "old_logprobs": [[0.0, 0.0, 0.0]], "sampler_logprobs": [[1.0, 1.0, 1.0]],
+             "mask": [[True, True, True]], "advantages": [[-0.5, 0.25, -0.25]]}
+    out.append(case("loss.grpo", "slime-1917-token-gate", "regression",
+                    "slime#1917's tensors with opsm_advantage_gate 'token' (the literal DeepSeek-V3.2 Eq. 9, slime "
+                    "624b824a): only the tokens with A < 0 are dropped; the middle token (A = 0.25, r = 1) keeps -0.25: "
+                    "loss -0.25/3 = -0.083333333333, gradient -0.25/3 there", slime,
+                    {"beta": 0, "opsm_delta": "0.1", "opsm_advantage_gate": "token"}, SLIME_1917))
+    for fid in ("loss.dapo", "loss.cispo", "loss.sapo"):
+        out.append(case(fid, "opsm-token-gate", "edge",
+                        "opsm_delta 0.125 with opsm_advantage_gate 'token': in sequence 1 (kappa 0.25 > delta) only the "
+                        "token with A = -2 is dropped, the one with A = 1 is kept", base_tok,
+                        {"opsm_delta": 0.125, "opsm_advantage_gate": "token"}))
+    out.append(case("loss.grpo", "is-token-untruncated", "edge",
+                    "is_level token, both bounds null: the raw weight e^(l_old - l_mu)", base_tok,
+                    {"beta": 0, "is_level": "token", "is_c_min": None, "is_c_max": None}))
+    return out
+
+
 def cases():
-    out = examples() + regressions() + extras() + presets() + binding()
+    out = examples() + regressions() + extras() + presets() + binding() + seeds()
     for k, fid in enumerate(IDS):
         out += edges(fid) + options(fid) + randoms(fid, k) + scales(fid, k)
     return out

@@ -243,5 +243,33 @@ def _window_edges():
     ]
 
 
+def _opsm_gate_cases():
+    """advantage_gate 'token': DeepSeek-V3.2 Eq. 9 read literally, each token gated by its own A_{i,t}."""
+    fid = OPSM
+    base = {"logprobs": LP, "sampler_logprobs": MU, "mask": MASK}
+    eq9 = ("https://arxiv.org/abs/2512.02556",)
+    return [
+        Case(f"{fid}/token-gate-slime-1917", fid, "regression",
+             "slime#1917's tensors with advantage_gate 'token' (the literal Eq. 9): kappa = 1 > 0.1; tokens with "
+             "A = -0.5 and -0.25 dropped, the middle token (A = 0.25) kept; seq_keep 0 for sequence 1 (a token "
+             "dropped); sequence 2 (A >= 0 everywhere) kept",
+             SLIME_1917, {"delta": "0.1", "advantage_gate": "token"}, links=eq9),
+        Case(f"{fid}/token-gate-token-advantages", fid, "example",
+             "the token-advantages example with advantage_gate 'token', delta 0.02: kappa = (0.041667, 0.125) both "
+             "above delta; every token with A < 0 is dropped (row 1: the first; row 2: the second), the others kept",
+             {**base, "advantages": [[-1.0, 0.5, 0.25, 9.0], [1.0, -0.5, -9.0, -9.0]]},
+             {"delta": "0.02", "advantage_gate": "token"}, links=eq9),
+        Case(f"{fid}/token-gate-sequence-advantages", fid, "edge",
+             "[B] advantages: advantage_gate 'token' equals the default (A_{i,t} = A_i): the second sequence dropped",
+             {**base, "advantages": [0.5, -1.0]}, {"delta": "0.1", "advantage_gate": "token"}),
+        Case(f"{fid}/token-gate-masked-nan-inf", fid, "edge",
+             "advantage_gate 'token': NaN and infinities at masked positions must not reach any output; kappa = "
+             "0.625 > 0.5: the token with A = -1 dropped, the one with A = 0.5 kept",
+             {"logprobs": [[-2.0, "nan", "inf", -0.5]], "sampler_logprobs": [[-1.0, "-inf", "nan", -0.25]],
+              "advantages": [[-1.0, "nan", "inf", 0.5]], "mask": [[True, False, False, True]]},
+             {"advantage_gate": "token"}),
+    ]
+
+
 def cases():
-    return _geometric_cases() + _opsm_cases() + _entropy_cases() + _window_edges()
+    return _geometric_cases() + _opsm_cases() + _entropy_cases() + _window_edges() + _opsm_gate_cases()

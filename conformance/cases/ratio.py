@@ -9,6 +9,36 @@ OLD = [[-1.25, -2.0, -0.5, -3.5], [-0.5, -2.75, -1.0, -2.5]]
 MASK = [[True, True, True, False], [True, True, False, False]]
 IDS = ("ratio.token", "ratio.sequence_product", "ratio.sequence_geometric", "ratio.gspo_token")
 
+# Liger-Kernel fork PR #4's probe: per-token log-ratios d = (30, 0)
+D30 = {"logprobs": [[0.0, -1.0]], "old_logprobs": [[-30.0, -1.0]], "mask": [[True, True]]}
+
+
+def clamp_placement_cases():
+    """The two placements of a log-ratio bound on the GSPO sequence ratio (spec/ratio.md)."""
+    fid = "ratio.sequence_geometric"
+    return [
+        Case(f"{fid}/per-token-clamp-30-0", fid, "example",
+             "Liger-Kernel fork PR #4 placement: d = (30, 0), log_ratio_clamp 20 clamps each token BEFORE the mean: "
+             "(20 + 0)/2 = 10, s = e^10 = 22026.465794806718; gradient (0, e^10/2 = 11013.232897403359): the "
+             "clamped token carries none", D30, {"log_ratio_clamp": 20}),
+        Case(f"{fid}/mean-cap-20-30-0", fid, "example",
+             "cap on the mean instead: d = (30, 0), log_ratio_max 20: the mean 15 is below the cap, s = e^15 = "
+             "3269017.3724721107, gradient e^15/2 per token", D30, {"log_ratio_max": 20}),
+        Case(f"{fid}/mean-cap-10-30-0", fid, "example",
+             "d = (30, 0), log_ratio_max 10: the mean 15 is capped, s = e^10 with zero gradient at both tokens "
+             "(the same value as the per-token clamp, not the same gradient)", D30, {"log_ratio_max": 10}),
+        Case(f"{fid}/per-token-clamp-negative", fid, "edge",
+             "the clamp is two-sided: d = (-30, 0), log_ratio_clamp 20: s = e^-10 = 4.539992976e-5, gradient "
+             "(0, e^-10/2)", {**D30, "logprobs": [[-30.0, -1.0]], "old_logprobs": [[0.0, -1.0]]},
+             {"log_ratio_clamp": 20}),
+        Case(f"{fid}/both-placements", fid, "edge",
+             "both bounds: d = (30, 0), log_ratio_clamp 20 then log_ratio_max 5: mean 10 capped at 5, s = e^5, "
+             "gradient 0", D30, {"log_ratio_clamp": 20, "log_ratio_max": 5}),
+        Case(f"{fid}/per-token-clamp-inactive", fid, "edge",
+             "log_ratio_clamp 20 with |d| <= 20 changes nothing: the padded batch of the default cases",
+             {"logprobs": LP, "old_logprobs": OLD, "mask": MASK}, {"log_ratio_clamp": 20}),
+    ]
+
 
 def _binding(fid, clamp):
     """Each side of the log-ratio clamp taking effect, and the clamp set where it takes no effect
@@ -79,4 +109,4 @@ def cases():
                         "two sequences of 32768 positions (lengths 32768 and 20000) from the generator",
                         Generated(seed=32768, B=2, T=32768, fields=("logprobs", "old_logprobs", "mask"),
                                   lengths=(32768, 20000))))
-    return out
+    return out + clamp_placement_cases()

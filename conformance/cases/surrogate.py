@@ -463,6 +463,80 @@ def _vespo():
     return out
 
 
+def _gspo_clamp_placement():
+    """Liger-Kernel fork PR #4: the per-token clamp before the sequence mean vs the cap on the mean."""
+    fid = "surrogate.gspo"
+    d30 = {"logprobs": [[0.0, -1.0]], "old_logprobs": [[-30.0, -1.0]], "mask": [[True, True]], "advantages": [-1.0]}
+    return [
+        Case(f"{fid}/per-token-clamp-30-0", fid, "example",
+             "d = (30, 0), A = -1, log_ratio_clamp 20 (Liger-Kernel fork PR #4): s = e^10 above 1 + eps_high, "
+             "unclipped branch -A s = e^10 = 22026.465794806718; gradient (0, e^10/2)", d30, {"log_ratio_clamp": 20}),
+        Case(f"{fid}/mean-cap-20-30-0", fid, "example",
+             "d = (30, 0), A = -1, log_ratio_max 20 (cap on the mean, not reached): loss e^15 = 3269017.3724721107, "
+             "gradient e^15/2 per token", d30, {"log_ratio_max": 20}),
+        Case(f"{fid}/per-token-clamp-negative", fid, "edge",
+             "the clamp's lower side: d = (-30, 0), A = 1, log_ratio_clamp 20, eps 0.2: s = e^-10 below 0.8 is the "
+             "unclipped branch for A > 0: loss -e^-10 = -4.539992976e-5, gradient (0, -e^-10/2)",
+             {"logprobs": [[-30.0, -1.0]], "old_logprobs": [[0.0, -1.0]], "mask": [[True, True]], "advantages": [1.0]},
+             {"log_ratio_clamp": 20, "eps_low": 0.2, "eps_high": 0.2}),
+        Case(f"{fid}/per-token-clamp-positive-advantage", fid, "edge",
+             "d = (30, 0), A = 1, log_ratio_clamp 20: s = e^10 is clipped at 1 + 4e-4: loss -1.0004, gradient 0",
+             {**d30, "advantages": [1.0]}, {"log_ratio_clamp": 20}),
+    ]
+
+
+FASTLLM_502 = ("https://github.com/ServiceNow/Fast-LLM/pull/502",)
+
+
+def _gspo_document():
+    """Fast-LLM PR #502: GSPO over packed documents (document ids global across rows)."""
+    fid = "surrogate.gspo_document"
+    lp = [[-1.0, -2.0, -0.5], [-1.0, -3.0, -2.0]]
+    old = [[-1.5, -2.0, -0.5], [-1.0, -2.5, -2.0]]
+    mask = [[True, True, True], [True, True, False]]
+    docs = [[0, 0, 1], [1, 2, 2]]
+    adv = [[-1.0, -1.0, 2.0], [2.0, 0.5, 0.5]]
+    base = {"logprobs": lp, "old_logprobs": old, "mask": mask, "advantages": adv, "document_ids": docs}
+    gen = random_inputs(321, 3, 12, ("logprobs", "old_logprobs", "mask", "advantages"), (12, 7, 10))
+    gen_docs = [[t // 4 for t in range(12)], [3] * 3 + [4] * 9, [4] * 2 + [5] * 10]
+    gen_tok = [[gen["advantages"][i] * (1 + 0.25 * (t % 3)) for t in range(12)] for i in range(3)]
+    return [
+        Case(f"{fid}/three-documents", fid, "example",
+             "documents 0 = row 0 tokens 0-1 (d = 0.5, 0; A = -1, -1), 1 = row 0 token 2 + row 1 token 0 (d = 0, 0; "
+             "A = 2, 2), 2 = row 1 token 1 (d = -0.5; A = 0.5): R = (e^0.25, 1, e^-0.5), A_s = (-1, 2, 0.5); losses "
+             "(1.2840254167, -2, -0.30326532986) (all unclipped), weighted by N_s = (2, 2, 1); gradient -A_s R_s at "
+             "every token of s: (1.2840254167, 1.2840254167, -2 | -2, -0.30326532986)", base, links=FASTLLM_502),
+        Case(f"{fid}/clipped-document", fid, "example",
+             "one document of two tokens, d = (0.5, 0.5), A = 1: R = e^0.5 = 1.6487 > 1.2 clipped: loss -1.2, "
+             "weighted -2.4, gradient 0",
+             {"logprobs": [[-1.0, -1.0]], "old_logprobs": [[-1.5, -1.5]], "mask": [[True, True]], "advantages": [1.0],
+              "document_ids": [[7, 7]]}, links=FASTLLM_502),
+        Case(f"{fid}/sequence-advantages", fid, "example",
+             "[B] advantages broadcast to the tokens: document 1 spans both rows (A = 0.75 and -1.25): A_1 = -0.25",
+             {**base, "advantages": [0.75, -1.25]}),
+        Case(f"{fid}/paper-eps", fid, "edge", "GSPO v2's 3e-4 / 4e-4 instead of Fast-LLM's 0.2",
+             base, {"eps_low": 3e-4, "eps_high": 4e-4}),
+        Case(f"{fid}/log-ratio-20", fid, "edge",
+             "two one-token documents with d = +20 and -20, A = -1 and 1: R = e^20 (loss e^20), e^-20",
+             {"logprobs": [[0.0, -20.0]], "old_logprobs": [[-20.0, 0.0]], "mask": [[True, True]],
+              "advantages": [[-1.0, 1.0]], "document_ids": [[0, 1]]}),
+        Case(f"{fid}/all-masked", fid, "edge", "no unmasked token: no document, every output empty",
+             {**base, "mask": [[False] * 3, [False] * 3]}),
+        Case(f"{fid}/masked-nan-inf", fid, "edge",
+             "NaN and infinities (and stray document ids) at masked positions must reach no output or gradient",
+             {"logprobs": [[-1.0, "nan", -0.5]], "old_logprobs": [[-1.5, "inf", -0.5]], "mask": [[True, False, True]],
+              "advantages": [[1.0, "nan", -1.0]], "document_ids": [[0, 9, 1]]}),
+        Case(f"{fid}/random-packed", fid, "random",
+             "generator inputs (seed 321), 3 rows of 12 (lengths 12, 7, 10), 6 documents (4 and 5 span rows), "
+             "per-token advantages",
+             {**gen, "advantages": gen_tok, "document_ids": gen_docs}),
+        Case(f"{fid}/scale-8192", fid, "scale",
+             "two rows of 8192 positions (lengths 8192 and 5000), 4 documents per row, from the generator",
+             Generated(seed=8193, B=2, T=8192, fields=("logprobs", "old_logprobs", "mask", "advantages", "document_ids"),
+                       lengths=(8192, 5000), documents=4)),
+    ]
+
+
 def _binding():
     """Clamps set where they take no effect, and the VESPO token clamp's lower side taking effect above
     the weight floor (pgspec golden coverage)."""
@@ -486,4 +560,4 @@ def _binding():
 
 def cases():
     return (_pg() + _ppo() + _dual() + _trl_delta() + _gspo() + _gmpo() + _cispo() + _sapo() + _vespo()
-            + _binding())
+            + _binding() + _gspo_clamp_placement() + _gspo_document())

@@ -1,0 +1,116 @@
+"""Harness overhead of `pgspec run`: wall time / time spent inside the adapter's own work.
+
+    python bench/harness_overhead.py [--adapter torch] [--dtype float64,float32,bfloat16]
+                                     [--no-properties] [--verify]
+
+Runs `pgspec run` in this process (the default run unless told otherwise) with the adapter's
+``call`` and ``torch.autograd.grad`` (the adapter's backward) timed, and prints:
+
+- the wall time of the run (from before pgspec is imported to the summary line), the time inside
+  adapter calls and backward passes, and their ratio (target <= 1.5 on the default run);
+- the comparison core's counts: elements compared, decided in float64, exact fall-backs (margin
+  within the rounding slack), non-finite elements decided exactly, exact ratio evaluations;
+- with ``--verify``: the wall time of `pgspec golden verify` in a fresh process (target <= 60 s).
+
+The reference results of the property checks' fixed examples are cached on disk (see
+conformance/properties/_common.py); ``--cold`` runs with an empty cache (PGSPEC_CACHE set to a new
+temporary directory) to show the first run's cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+TARGET_RATIO = 1.5
+TARGET_VERIFY = 60.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--adapter", default="torch")
+    parser.add_argument("--dtype", default="float64,float32,bfloat16")
+    parser.add_argument("--formulas", default="*")
+    parser.add_argument("--no-properties", action="store_true")
+    parser.add_argument("--verify", action="store_true", help="also time `pgspec golden verify`")
+    parser.add_argument("--cold", action="store_true", help="an empty reference cache for the property checks")
+    args = parser.parse_args()
+    if args.cold:
+        os.environ["PGSPEC_CACHE"] = tempfile.mkdtemp(prefix="pgspec-cache-")
+    print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+
+    t_start = time.perf_counter()
+    import torch
+
+    from pgspec.conformance import cli, compare, runner
+
+    inside = {"call": 0.0, "backward": 0.0, "calls": 0}
+    real_grad = torch.autograd.grad
+
+    def timed_grad(*a, **k):
+        t = time.perf_counter()
+        try:
+            return real_grad(*a, **k)
+        finally:
+            inside["backward"] += time.perf_counter() - t
+
+    torch.autograd.grad = timed_grad
+    real_load = runner.load_adapter
+
+    def load_timed(spec):
+        adapter = real_load(spec)
+        real_call = adapter.call
+
+        def call(*a, **k):
+            t = time.perf_counter()
+            try:
+                return real_call(*a, **k)
+            finally:
+                inside["call"] += time.perf_counter() - t
+                inside["calls"] += 1
+
+        adapter.call = call
+        return adapter
+
+    runner.load_adapter = load_timed
+    argv = ["run", "--adapter", args.adapter, "--dtype", args.dtype, "--formulas", args.formulas]
+    if args.no_properties:
+        argv.append("--no-properties")
+    compare.STATS.reset()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = cli.main(argv)
+    wall = time.perf_counter() - t_start
+    torch.autograd.grad = real_grad
+    summary = out.getvalue().strip().splitlines()[-1] if out.getvalue().strip() else ""
+    adapter_time = inside["call"] + inside["backward"]
+    ratio = wall / adapter_time if adapter_time else float("inf")
+    s = compare.STATS
+    print(f"pgspec {' '.join(argv)}: exit {rc}, {summary}")
+    print(f"wall {wall:.2f} s (imports included); inside the adapter {adapter_time:.2f} s "
+          f"({inside['calls']} calls {inside['call']:.2f} s + backward {inside['backward']:.2f} s)")
+    print(f"harness overhead ratio (wall / adapter): {ratio:.2f}  target <= {TARGET_RATIO}  "
+          f"{'ok' if ratio <= TARGET_RATIO else 'OVER TARGET'}")
+    print(f"comparison core: {s.elements} elements, {s.fast} decided in float64, {s.fallbacks} exact fall-backs, "
+          f"{s.special} non-finite decided exactly, {s.small} in outputs of <= {compare.SMALL} elements compared exactly, "
+          f"{s.ratio_evals} exact ratio evaluations")
+    if args.verify:
+        t = time.perf_counter()
+        v = subprocess.run([sys.executable, "-m", "pgspec.conformance.cli", "golden", "verify"],
+                           capture_output=True, text=True)
+        dt = time.perf_counter() - t
+        last = (v.stdout.strip().splitlines() or [""])[-1]
+        print(f"pgspec golden verify: exit {v.returncode}, {dt:.1f} s  target <= {TARGET_VERIFY:.0f} s  "
+              f"{'ok' if dt <= TARGET_VERIFY else 'OVER TARGET'}  ({last})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

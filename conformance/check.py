@@ -1,0 +1,378 @@
+"""Production-scale checks against a float64 oracle (`pgspec check`).
+
+The golden corpus stops at 32k tokens with sampled positions, and the mpmath reference cannot
+follow a 64 x 32k batch.  A check evaluates one formula on seeded inputs of a given shape
+(``pgspec-splitmix64/1``, spec/golden-format.md) with
+
+- the adapter under test, in its dtype, and
+- the **oracle**: the built-in torch backend in float64, together with the tolerance scale S of
+  every output and gradient element computed as tensor operations: the running error bound of
+  spec/tolerance.md (forward E, then the gradient scale pass), node for node as the reference
+  states it for this formula (``pgspec.reference._ad``), so that S is the reference's S
+  evaluated in float64 instead of mpmath.
+
+Every element of the adapter's result must lie within ``K u(dtype) S + floor(dtype)`` of the
+oracle's value, widened by the oracle's own float64 error bound ``K u(float64) S``.  The oracle's
+values and scales are tested against the mpmath reference on the corpus's scale cases
+(tests/test_check.py).  Formulas with an oracle scale: ``ORACLE_FORMULAS``.
+
+Memory: the oracle's scale pass works on [B, T] float64 tensors, ``chunk`` sequences at a time
+(row-local quantities per chunk, the batch-level sums accumulated across chunks).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from pgspec.reference import REGISTRY
+
+from . import compare, tolerance
+from .generator import generate_arrays
+
+U64 = 2.0 ** -53
+ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "loss.grpo", "loss.bnpo")
+
+
+class CheckError(Exception):
+    """A usage error of `pgspec check` (unknown formula, no oracle scale, bad shape): exit code 2."""
+
+
+@dataclass
+class OutputCheck:
+    output: str
+    compared: int
+    failures: int
+    worst_ratio: float
+    worst_index: list | None = None
+    first_failure: dict | None = None
+
+
+@dataclass
+class CheckResult:
+    adapter: str
+    formula: str
+    dtype: str
+    device: str
+    shape: list
+    seed: int
+    outcome: str                      # pass | fail | error | unsupported
+    outputs: list = field(default_factory=list)
+    adapter_seconds: float = 0.0
+    oracle_seconds: float = 0.0
+    message: str = ""
+
+    def to_json(self):
+        d = asdict(self)
+        for o in d["outputs"]:
+            if not math.isfinite(o["worst_ratio"]):
+                o["worst_ratio"] = str(o["worst_ratio"])
+        return d
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    try:
+        b, t = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise CheckError(f"--shape must be BxT (e.g. 64x32768), got {text!r}") from None
+    if b < 1 or t < 1:
+        raise CheckError(f"--shape must be positive, got {text!r}")
+    return b, t
+
+
+# ------------------------------------------------------------------------------------------------
+# Seeded inputs
+# ------------------------------------------------------------------------------------------------
+def seeded_inputs(formula: str, B: int, T: int, seed: int = 0, ragged: bool = True) -> dict:
+    """numpy inputs for ``formula`` from pgspec-splitmix64/1: its real inputs drawn as the corpus's
+    scale cases draw them, a right-padded mask (row b keeps T - (b * 7919 mod (T // 4 + 1)) tokens
+    when ``ragged``), group ids b mod 4."""
+    f = REGISTRY[formula]
+    names = [i.name for i in f.inputs if not i.optional]
+    fields = [n for n in names if n in ("logprobs", "old_logprobs", "ref_logprobs", "sampler_logprobs", "values",
+                                        "advantages", "mask", "group_ids", "document_ids")]
+    if len(fields) != len(names):
+        raise CheckError(f"{formula}: no seeded input generator for {sorted(set(names) - set(fields))}")
+    lengths = [T - (b * 7919) % (T // 4 + 1) for b in range(B)] if ragged else None
+    spec = {"generator": "pgspec-splitmix64/1", "seed": seed, "B": B, "T": T, "fields": fields,
+            "lengths": lengths, "groups": 4, "documents": None}
+    return generate_arrays(spec)
+
+
+def to_tensors(formula: str, arrays: dict, dtype: str, device: str):
+    import torch
+
+    f = REGISTRY[formula]
+    tdtype = getattr(torch, compare.TORCH_DTYPES[dtype])
+    out = {}
+    for name, a in arrays.items():
+        kind = f.input(name).kind
+        if kind == "bool":
+            out[name] = torch.as_tensor(a, dtype=torch.bool, device=device)
+        elif kind == "int":
+            out[name] = torch.as_tensor(a, dtype=torch.long, device=device)
+        else:
+            t = torch.as_tensor(a, dtype=torch.float64, device=device).to(tdtype)
+            if name in f.differentiable:
+                t.requires_grad_(True)
+            out[name] = t
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The oracle's scales: the reference's running error bound as tensor operations
+# ------------------------------------------------------------------------------------------------
+def _sum_rounding(k, abs_sum):
+    """max(1, ceil(log2 k)) * sum |terms| (reference _ad._rounding for a "sum" node of k terms)."""
+    import torch
+
+    depth = torch.clamp(torch.ceil(torch.log2(torch.clamp(k.double(), min=1.0))), min=1.0)
+    return depth * abs_sum
+
+
+def _rel(value, err):
+    """1 + E/|v| (1 + E where v = 0), the relative-error factor of the scale pass."""
+    import torch
+
+    a = value.abs()
+    return 1 + torch.where(a != 0, err / torch.where(a != 0, a, torch.ones_like(a)), err)
+
+
+def _ppo_terms(l, old, adv, mask, eps_low, eps_high, clamp):
+    """The reference's fused ppo_clip_term node at every token: (value x, its rounding E(x), the
+    derivative dx/dl (0 for a constant node))."""
+    import torch
+
+    a = adv if adv.dim() == 2 else adv.unsqueeze(-1).expand_as(l)
+    d = l - old
+    lo, hi = 1 - eps_low, 1 + eps_high
+    r = torch.exp(d)
+    unclipped = -a * r
+    clipped = -a * torch.clamp(r, lo, hi)
+    x = torch.maximum(unclipped, clipped)
+    inside = (r >= lo) & (r <= hi)
+    x = torch.where(inside, unclipped, x)
+    live = inside | ((a > 0) & (r < lo)) | ((a < 0) & (r > hi))      # the -A r branch carries l
+    E = torch.where(live, x.abs() * (2 + d.abs()), 2 * x.abs())
+    dx = torch.where(live & (a != 0), x, torch.zeros_like(x))
+    if clamp is not None:
+        c = float(clamp)
+        out = d.abs() > c
+        rc = torch.exp(torch.clamp(d, -c, c))
+        xc = torch.maximum(-a * rc, -a * torch.clamp(rc, lo, hi))
+        x = torch.where(out, xc, x)
+        E = torch.where(out, 3 * xc.abs(), E)
+        dx = torch.where(out, torch.zeros_like(dx), dx)
+    zero = torch.zeros_like(x)
+    return torch.where(mask, x, zero), torch.where(mask, E, zero), torch.where(mask, dx, zero)
+
+
+def _phantom(k, inexact):
+    """1 where the reference counts one more term in a "sum" node: it infers the node's constant
+    as value - fsum(terms), the value accumulated at the working precision, so a sum of two or
+    more terms of which one is inexact there leaves a rounding residue, counted as a term."""
+    return ((k >= 2) & inexact).long()
+
+
+def _aggregate_scales(kind, terms, mask, chunk):
+    """(value, S(value), S(grad) [B, T]) of agg.token_mean / agg.sample_mean over per-token terms,
+    following the reference's nodes: row sums (one "sum" node each), then the division(s) and the
+    sum over rows, then the scale pass backwards.
+
+    ``terms(rows)`` gives, for a slice of rows, (x, E(x), dx/dinput or None when the terms are the
+    differentiable input itself, inexact) with masked positions zero; it is called twice per chunk
+    of ``chunk`` rows (row sums, then the gradient scales), so no temporary exceeds a chunk."""
+    import torch
+
+    B = mask.shape[0]
+    L = mask.sum(-1)
+    s = torch.zeros(B, dtype=torch.float64, device=mask.device)
+    Es, absum = torch.zeros_like(s), torch.zeros_like(s)
+    any_inexact = torch.zeros(B, dtype=torch.bool, device=mask.device)
+    for start in range(0, B, chunk):
+        sl = slice(start, start + chunk)
+        x, Ex, _, inexact = terms(sl)
+        s[sl] = x.sum(-1)
+        absum[sl] = x.abs().sum(-1)
+        any_inexact[sl] = inexact.any(-1)
+        Es[sl] = _sum_rounding(L[sl] + _phantom(L[sl], any_inexact[sl]), absum[sl]) + Ex.sum(-1)
+    rows = L > 0
+    k = rows.sum()
+    if kind == "agg.token_mean":
+        N = L.sum().double()
+        num = s[rows].sum()
+        Enum = _sum_rounding(k + _phantom(k, any_inexact.any()), s[rows].abs().sum()) + Es[rows].sum()
+        v = num / N if N > 0 else num * 0
+        Ev = v.abs() + Enum / N if N > 0 else v * 0
+        rel_v = _rel(v, Ev)
+        A_s = torch.full_like(s, 1.0) / N
+        C_s = torch.full_like(s, 1.0) * rel_v / N
+    else:  # agg.sample_mean: q_i = s_i / L_i, v = sum_i q_i / n
+        Ld = torch.where(rows, L.double(), torch.ones_like(s))
+        q = torch.where(rows, s / Ld, torch.zeros_like(s))
+        Eq = torch.where(rows, q.abs() + Es / Ld, torch.zeros_like(s))
+        n = k.double()
+        P = q[rows].sum()
+        # q_i is inexact when some L_i is not a power of two, or its row's terms are inexact
+        q_inexact = ((L[rows] & (L[rows] - 1)) != 0).any() | any_inexact.any()
+        EP = _sum_rounding(k + _phantom(k, q_inexact), q[rows].abs().sum()) + Eq[rows].sum()
+        v = P / n if n > 0 else P * 0
+        Ev = v.abs() + EP / n if n > 0 else v * 0
+        rel_v = _rel(v, Ev)
+        A_q, C_q = 1 / n, rel_v / n
+        step_q = C_q + A_q * _rel(q, Eq)
+        A_s, C_s = A_q / Ld, step_q / Ld
+    g = torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
+    for start in range(0, B, chunk):
+        sl = slice(start, start + chunk)
+        x, Ex, dx, _ = terms(sl)
+        A_x, C_x = A_s[sl].unsqueeze(-1), C_s[sl].unsqueeze(-1)
+        if dx is None:          # the terms are the differentiable input itself
+            gs = (A_x + C_x).expand_as(x)
+        else:
+            gs = (A_x + C_x + A_x * _rel(x, Ex)) * dx.abs()
+        g[sl] = torch.where(mask[sl], gs, torch.zeros_like(gs))
+    return v, Ev, g
+
+
+def oracle_params(formula: str, params: dict) -> dict:
+    """The formula's parameters with defaults, or CheckError where the oracle has no scale for them:
+    aggregators at their default parameters, recipes with their options (KL, IS, OPSM, entropy
+    mask) off."""
+    if formula not in ORACLE_FORMULAS:
+        raise CheckError(f"{formula}: no oracle scale; formulas with one: {', '.join(ORACLE_FORMULAS)}")
+    f = REGISTRY[formula]
+    p = {q.name: q.default for q in f.params}
+    p.update(params)
+    if formula.startswith("agg."):
+        for k, v in p.items():
+            if v not in (None, 0, 0.0, False):
+                raise CheckError(f"{formula}: the oracle scale covers the default parameters only ({k}={v!r})")
+        return p
+    for k, off in (("beta", (0, 0.0)), ("is_level", ("none",)), ("opsm_delta", (None,)), ("entropy_quantile", (None,))):
+        if p.get(k) not in off:
+            raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r})")
+    return p
+
+
+def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> dict:
+    """S of every output and gradient element of ``formula`` on float64 ``tensors``: {"value" or
+    "loss": scalar tensor, "grad.<input>": [B, T]}."""
+    import torch
+
+    p = oracle_params(formula, params)
+    with torch.no_grad():
+        mask = tensors["mask"]
+        if formula.startswith("agg."):
+            x = tensors["values"].detach()
+
+            def terms(sl):
+                xs = torch.where(mask[sl], x[sl], torch.zeros((), dtype=x.dtype, device=x.device))
+                return xs, torch.zeros_like(xs), None, torch.zeros_like(mask[sl])   # inputs are exact
+
+            _, Ev, g = _aggregate_scales(formula, terms, mask, chunk)
+            return {"value": Ev, "grad.values": g}
+        l, old, adv = (tensors[k].detach() for k in ("logprobs", "old_logprobs", "advantages"))
+        eps_low, eps_high, clamp = float(p["eps_low"]), float(p["eps_high"]), p.get("log_ratio_clamp")
+
+        def terms(sl):
+            x, Ex, dx = _ppo_terms(l[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
+            return x, Ex, dx, x != 0
+
+        kind = "agg.sample_mean" if formula == "loss.grpo" else "agg.token_mean"
+        _, Ev, g = _aggregate_scales(kind, terms, mask, chunk)
+        return {"loss": Ev, "grad.logprobs": g}
+
+
+def oracle(formula: str, arrays: dict, params: dict, device: str = "cpu", chunk: int = 8):
+    """(outputs, gradients, scales) of the float64 oracle on numpy ``arrays``."""
+    from . import runner
+
+    torch_adapter = runner.load_adapter("torch")
+    tensors = to_tensors(formula, arrays, "float64", device)
+    out, grads = compare.call(torch_adapter, formula, tensors, params)
+    return out, grads, oracle_scales(formula, tensors, params, chunk)
+
+
+# ------------------------------------------------------------------------------------------------
+# The check
+# ------------------------------------------------------------------------------------------------
+def _judge(name, got, ref, scale, mask, family, dtype) -> OutputCheck:
+    """Every element (unmasked ones for per-token results) of ``got`` against the oracle's value
+    with bound K u(dtype) S + floor(dtype) + K u(float64) S (the oracle's own error)."""
+    g = got.detach().to("cpu").double().numpy().reshape(-1) if hasattr(got, "detach") else np.asarray(got, float).reshape(-1)
+    r = ref.detach().to("cpu").double().numpy().reshape(-1)
+    s = scale.detach().to("cpu").double().numpy().reshape(-1)
+    sel = np.ones(r.shape, dtype=bool) if mask is None or r.size != mask.size else mask.reshape(-1)
+    if g.shape != r.shape:
+        return OutputCheck(name, int(sel.sum()), int(sel.sum()), math.inf, None,
+                           {"message": f"shape {tuple(got.shape)}, oracle {tuple(ref.shape)}"})
+    K = tolerance.K[family]
+    bound = K * float(tolerance.UNIT_ROUNDOFF[dtype]) * s + float(tolerance.FLOOR[dtype]) + K * U64 * s
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(g - r)
+        err = np.where(np.isnan(g) | np.isinf(g), np.inf, err)
+        ratio = np.where(sel, err / bound, 0.0)
+    bad = np.flatnonzero(sel & ~(err <= bound))
+    worst = int(np.argmax(ratio)) if ratio.size else 0
+    out = OutputCheck(name, int(sel.sum()), int(bad.size), float(ratio[worst]) if ratio.size else 0.0,
+                      _unravel(worst, got))
+    if bad.size:
+        k = int(bad[0])
+        out.first_failure = {"index": _unravel(k, got), "got": float(g[k]), "oracle": float(r[k]),
+                             "error": float(err[k]), "bound": float(bound[k])}
+    return out
+
+
+def _unravel(k, t):
+    shape = tuple(t.shape) if hasattr(t, "shape") else ()
+    return [int(i) for i in np.unravel_index(k, shape)] if shape else []
+
+
+def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", device: str = "cpu", seed: int = 0,
+              params: dict | None = None, chunk: int = 8) -> CheckResult:
+    import torch
+
+    if formula not in REGISTRY:
+        raise CheckError(f"unknown formula {formula!r}")
+    oracle_params(formula, dict(params or {}))
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CheckError("--device cuda: no CUDA device is available")
+    params = dict(params or {})
+    res = CheckResult(adapter.name, formula, dtype, device, [B, T], seed, "pass")
+    if formula not in adapter.capabilities() or dtype not in adapter.dtypes:
+        res.outcome, res.message = "unsupported", f"{adapter.name} does not implement {formula} in {dtype}"
+        return res
+    arrays = seeded_inputs(formula, B, T, seed)
+    t = time.perf_counter()
+    ref_out, ref_grads, scales = oracle(formula, arrays, params, device, chunk)
+    res.oracle_seconds = time.perf_counter() - t
+    try:
+        tensors = to_tensors(formula, arrays, dtype, device)
+        t = time.perf_counter()
+        out, grads = compare.call(adapter, formula, tensors, params)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        res.adapter_seconds = time.perf_counter() - t
+    except Exception as e:  # noqa: BLE001 - the adapter's crash is an outcome
+        res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
+        return res
+    f = REGISTRY[formula]
+    mask = arrays.get("mask")
+    for name in [o.name for o in f.outputs]:
+        if f"{name}" not in scales or name not in out:
+            continue
+        res.outputs.append(_judge(name, out[name], ref_out[name], scales[name], None, f.family, dtype))
+    for name, g in ref_grads.items():
+        if name not in grads:
+            res.outcome, res.message = "error", f"the adapter returned no gradient for {name!r}"
+            return res
+        res.outputs.append(_judge(f"grad.{name}", grads[name], g, scales[f"grad.{name}"], mask, f.family, dtype))
+    if any(o.failures for o in res.outputs):
+        res.outcome = "fail"
+        o = next(o for o in res.outputs if o.failures)
+        res.message = f"{o.output}: {o.failures} of {o.compared} elements out of bound; first {o.first_failure}"
+    return res

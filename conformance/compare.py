@@ -1,0 +1,504 @@
+"""The comparison core, below both the runner and the property checks.
+
+Two things live here:
+
+- the **call convention**: how an adapter's formula is called on inputs (``to_tensors``, the
+  adapter's ``call``, and the gradients of the unmasked sum of the ``grad_of`` output,
+  ``objective``), so that the runner and every property call adapters the same way;
+- the **vectorized comparison** of an adapter's result with the reference under the tolerance
+  model (spec/tolerance.md).  Every element is first judged in numpy: the reference as a
+  double-double (``r_hi + r_lo``), the bound and the error in float64, together with an a-priori
+  bound on how far those float64 numbers can be from the exact ones.  An element whose margin
+  ``bound - error`` is larger than that slack is decided there; the others (and the non-finite
+  ones) are decided by the exact comparison, ``tolerance.compare`` (mpmath).  The worst error
+  ratio and the first failure are always evaluated by ``tolerance.compare``, on the few elements
+  whose ratio interval can hold the maximum, so what is reported is bit-for-bit what the exact
+  comparator reports.  The argument that the fast path decides exactly as the exact comparison
+  is in spec/tolerance.md ("Evaluating the comparison").
+
+``PGSPEC_COMPARE=exact`` (or ``set_mode("exact")``) compares every element with
+``tolerance.compare``: the reference behaviour the fast path is tested against.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from decimal import Context, Decimal
+
+import numpy as np
+from mpmath import libmp, mp, mpf
+
+from pgspec.reference import REGISTRY
+
+from . import tolerance
+
+# ------------------------------------------------------------------------------------------------
+# The call convention
+# ------------------------------------------------------------------------------------------------
+TORCH_DTYPES = {"float64": "float64", "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+def to_tensors(formula_id: str, inputs: dict, dtype: str, device: str):
+    """The inputs (nested lists as the golden corpus gives them) as tensors of ``dtype``: reals
+    in ``dtype`` (exact: golden inputs are bfloat16-exact), masks bool, ids long; the formula's
+    differentiable inputs require grad."""
+    import torch
+
+    f = REGISTRY[formula_id]
+    tdtype = getattr(torch, TORCH_DTYPES[dtype])
+    tensors = {}
+    for name, value in inputs.items():
+        kind = f.input(name).kind
+        # through numpy: the same values as torch.tensor(nested list), built several times faster
+        if kind == "bool":
+            t = torch.from_numpy(np.asarray(value, dtype=np.bool_)).to(device)
+        elif kind == "int":
+            t = torch.from_numpy(np.asarray(value, dtype=np.int64)).to(device)
+        else:
+            # golden inputs are bfloat16-exact: float64 -> dtype is exact
+            t = torch.from_numpy(np.array(value, dtype=np.float64)).to(device=device, dtype=tdtype)
+            if name in f.differentiable:
+                t.requires_grad_(True)
+        tensors[name] = t
+    return tensors
+
+
+def objective(out, mask):
+    """Sum of the unmasked elements of the grad_of output (masked ones selected away, never x 0)."""
+    import torch
+
+    if mask is not None and out.dim() >= 2 and tuple(out.shape[:2]) == tuple(mask.shape):
+        m = mask.reshape(mask.shape + (1,) * (out.dim() - 2))
+        out = torch.where(m, out, torch.zeros((), dtype=out.dtype, device=out.device))
+    return out.sum()
+
+
+def call(adapter, formula_id: str, tensors: dict, params: dict):
+    """(outputs, gradients) of the adapter's formula on ``tensors``: the adapter's own gradients
+    when it returns them (``out["grad"]``), else autograd of ``objective`` of the ``grad_of``
+    output with respect to every differentiable input given (zeros where unused)."""
+    import torch
+
+    f = REGISTRY[formula_id]
+    with torch.enable_grad():
+        out = adapter.call(formula_id, tensors, dict(params))
+        grads = out.get("grad")
+        diff = [n for n in f.differentiable if n in tensors]
+        if grads is None and diff and f.grad_of in out:
+            obj = objective(out[f.grad_of], tensors.get("mask"))
+            got = torch.autograd.grad(obj, [tensors[n] for n in diff], allow_unused=True)
+            grads = {n: (g if g is not None else torch.zeros_like(tensors[n])) for n, g in zip(diff, got)}
+    return out, grads or {}
+
+
+# ------------------------------------------------------------------------------------------------
+# Mode and counters
+# ------------------------------------------------------------------------------------------------
+_MODE = os.environ.get("PGSPEC_COMPARE", "fast")
+if _MODE not in ("fast", "exact"):
+    raise ValueError(f"PGSPEC_COMPARE must be 'fast' or 'exact', got {_MODE!r}")
+
+
+def set_mode(mode: str) -> str:
+    """Select "fast" (numpy with exact fall-backs) or "exact" (tolerance.compare per element);
+    returns the previous mode."""
+    global _MODE
+    if mode not in ("fast", "exact"):
+        raise ValueError(f"mode must be 'fast' or 'exact', got {mode!r}")
+    old, _MODE = _MODE, mode
+    return old
+
+
+def mode() -> str:
+    return _MODE
+
+
+@dataclass
+class Stats:
+    elements: int = 0        # elements compared
+    fast: int = 0            # decided in float64 (booleans included: decided exactly by equality)
+    fallbacks: int = 0       # finite elements whose margin was within the rounding slack: decided exactly
+    special: int = 0         # non-finite reference or result (and float64 overflow): decided exactly
+    ratio_evals: int = 0     # exact evaluations of a candidate for the worst ratio or the first failure
+    small: int = 0           # elements of outputs of at most SMALL elements, compared exactly
+
+    def reset(self):
+        self.elements = self.fast = self.fallbacks = self.special = self.ratio_evals = self.small = 0
+
+
+STATS = Stats()
+
+
+# ------------------------------------------------------------------------------------------------
+# The reference side, prepared once per (reference, scale) object
+# ------------------------------------------------------------------------------------------------
+U = 2.0 ** -53                     # float64 unit roundoff
+SMALL = 2                          # outputs of at most this many elements are compared exactly
+TINY = 2.0 ** -1060                # covers every absolute (underflow) rounding term, see the proof
+_DEC = Context(prec=80, Emax=999999999999999999, Emin=-999999999999999999)            # r - r_hi for a 40-digit decimal: exact to 80 digits (far more than needed)
+_KIND_REAL, _KIND_BOOL, _KIND_SPECIAL = 0, 1, 2
+
+
+@dataclass
+class Prepared:
+    """The non-null elements of one reference output, flattened in comparison order."""
+    paths: list                   # index tuples into the result
+    refs: list                    # the raw reference values (str, mpf, int, bool)
+    scales: list                  # the raw scale values (None: |ref|)
+    kind: np.ndarray              # _KIND_*
+    r_hi: np.ndarray              # nearest float64 of the reference
+    r_lo: np.ndarray              # nearest float64 of ref - r_hi
+    r_exact: np.ndarray           # ref == r_hi exactly
+    s: np.ndarray                 # nearest float64 of the scale (|r_hi| where the scale is None)
+    rbool: np.ndarray             # boolean references
+    index: tuple | None = None    # numpy index arrays into the result (None: gather element by element)
+    scalar: bool = False          # a single element at path ()
+    shape: tuple | None = None    # the reference's shape (not for per-token outputs at positions)
+    token: bool = False           # stored at (b, t) positions of a scale case
+
+
+def _hi_lo(r):
+    """(r_hi, r_lo, exact, kind) of one reference value."""
+    if isinstance(r, bool):
+        return 0.0, 0.0, True, _KIND_BOOL
+    if isinstance(r, str):
+        try:
+            d = Decimal(r)
+        except ArithmeticError:     # an exponent beyond the decimal module's range (mpmath has none)
+            return math.nan, 0.0, False, _KIND_SPECIAL
+        if not d.is_finite():
+            return math.nan, 0.0, False, _KIND_SPECIAL
+        hi = float(r)                                       # correctly rounded
+        if not math.isfinite(hi):
+            return math.nan, 0.0, False, _KIND_SPECIAL
+        diff = _DEC.subtract(d, Decimal(hi))
+        return hi, float(diff), diff == 0, _KIND_REAL
+    if isinstance(r, int):
+        hi = float(r) if abs(r) < 2 ** 1000 else math.inf
+        if not math.isfinite(hi):
+            return math.nan, 0.0, False, _KIND_SPECIAL
+        rest = r - int(hi)
+        return hi, float(rest), rest == 0, _KIND_REAL
+    if isinstance(r, float):
+        return (r, 0.0, True, _KIND_REAL) if math.isfinite(r) else (math.nan, 0.0, False, _KIND_SPECIAL)
+    x = (r if isinstance(r, mpf) else mpf(r))._mpf_   # never round an mpf to the current precision
+    if x[1] == 0 and x != libmp.fzero:                  # nan, +inf, -inf
+        return math.nan, 0.0, False, _KIND_SPECIAL
+    try:
+        hi = libmp.to_float(x, rnd=libmp.round_nearest)
+    except OverflowError:
+        return math.nan, 0.0, False, _KIND_SPECIAL
+    if not math.isfinite(hi):
+        return math.nan, 0.0, False, _KIND_SPECIAL
+    diff = libmp.mpf_sub(x, libmp.from_float(hi), 0)    # prec 0: exact
+    return hi, libmp.to_float(diff, rnd=libmp.round_nearest), diff == libmp.fzero, _KIND_REAL
+
+
+def _scale_float(s):
+    """The scale as float64 (NaN for None or a boolean; a non-finite scale goes to the exact path)."""
+    if s is None or isinstance(s, bool):
+        return math.nan
+    try:
+        return float(s)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+
+
+def _flat(x, path=()):
+    if isinstance(x, (list, tuple)):
+        for k, item in enumerate(x):
+            yield from _flat(item, path + (k,))
+    else:
+        yield path, x
+
+
+def _shape(x):
+    """The shape of a rectangular nested list, or None when ragged."""
+    if not isinstance(x, (list, tuple)):
+        return ()
+    if not x:
+        return (0,)
+    subs = [_shape(i) for i in x]
+    if any(s is None or s != subs[0] for s in subs):
+        return None
+    return (len(x),) + subs[0]
+
+
+_PREPARED: dict = {}
+_PREPARED_MAX = 20000
+
+
+def prepare(ref, scale, positions=None) -> Prepared:
+    """Prepare a reference output (nested list) and its scale tree, or a per-token output stored at
+    ``positions`` (scale cases).  Cached by the identity of the reference and scale objects."""
+    key = (id(ref), id(scale), id(positions))
+    hit = _PREPARED.get(key)
+    if hit is not None and hit[0] is ref and hit[1] is scale and hit[2] is positions:
+        return hit[3]
+    if positions is not None:
+        paths, refs, scales = [], [], []
+        for k, (b, t) in enumerate(positions):
+            if ref[k] is not None:
+                paths.append((b, t))
+                refs.append(ref[k])
+                scales.append(scale[k] if scale is not None else None)
+        index = (np.array([p[0] for p in paths], dtype=np.int64), np.array([p[1] for p in paths], dtype=np.int64))
+        shape_ok, scalar = True, False
+    else:
+        flat_scale = dict(_flat(scale)) if scale is not None else {}
+        paths, refs, scales = [], [], []
+        for path, r in _flat(ref):
+            if r is None:
+                continue
+            paths.append(path)
+            refs.append(r)
+            scales.append(flat_scale.get(path))
+        shp = _shape(ref)
+        scalar = shp == ()
+        shape_ok = shp is not None
+        index = None
+        if shape_ok and not scalar:
+            index = tuple(np.array([p[d] for p in paths], dtype=np.int64) for d in range(len(shp))) if paths else \
+                tuple(np.zeros(0, dtype=np.int64) for _ in shp)
+    n = len(refs)
+    r_hi, r_lo, exact, kind = np.empty(n), np.empty(n), np.zeros(n, dtype=bool), np.empty(n, dtype=np.int8)
+    rbool = np.zeros(n, dtype=bool)
+    s = np.empty(n)
+    none_scale = np.zeros(n, dtype=bool)
+    for k, (r, sc) in enumerate(zip(refs, scales)):
+        r_hi[k], r_lo[k], exact[k], kind[k] = _hi_lo(r)
+        if kind[k] == _KIND_BOOL:
+            rbool[k] = bool(r)
+        none_scale[k] = sc is None
+        s[k] = _scale_float(sc)
+    none_scale &= kind == _KIND_REAL
+    s[none_scale] = np.abs(r_hi[none_scale])      # tolerance.compare's S = |ref|
+    # a scale that is not a finite float64 (or a None scale of an int/bool-free reference we could
+    # not express) sends the element to the exact comparison
+    kind[(kind == _KIND_REAL) & ~np.isfinite(s)] = _KIND_SPECIAL
+    prep = Prepared(paths, refs, scales, kind, r_hi, r_lo, exact, s, rbool, index if shape_ok else None, scalar,
+                    _shape(ref) if positions is None else None, positions is not None)
+    if len(_PREPARED) > _PREPARED_MAX:
+        _PREPARED.clear()
+    _PREPARED[key] = (ref, scale, positions, prep)
+    return prep
+
+
+# ------------------------------------------------------------------------------------------------
+# The comparison
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """The comparison of one output: what the element-by-element loop over tolerance.compare
+    gives, without running it."""
+    compared: int = 0
+    worst: tolerance.Comparison | None = None     # the first element attaining the largest ratio
+    worst_path: tuple | None = None
+    failure: tolerance.Comparison | None = None   # the first failing element
+    failure_path: tuple | None = None
+    failure_got: float | None = None
+    failure_ref: object = None
+    passed: np.ndarray | None = field(default=None, repr=False)
+
+
+def _gather(got, prep: Prepared):
+    """The result's values at the prepared paths as float64 (numpy), or None when the result is not
+    laid out like the reference (then the element-by-element loop decides, errors included)."""
+    if hasattr(got, "detach"):
+        t = got.detach().to("cpu")
+        arr = t.double().numpy()
+    else:
+        try:
+            arr = np.asarray(got, dtype=np.float64)
+        except (TypeError, ValueError):
+            return None
+    if prep.scalar:
+        return arr.reshape(1) if arr.size == 1 else None
+    if prep.index is None:
+        return None
+    if prep.token:
+        if arr.ndim != 2:
+            return None
+    elif arr.shape != prep.shape:
+        return None
+    try:
+        return arr[prep.index]
+    except IndexError:
+        return None
+
+
+def _exact(value, prep, k, family, dtype):
+    return tolerance.compare(value, prep.refs[k], prep.scales[k], family, dtype)
+
+
+def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_failure: bool = False) -> Outcome:
+    """Compare float64 values ``g`` (gathered at ``prep.paths``) with the prepared reference."""
+    n = len(prep.refs)
+    out = Outcome(compared=n)
+    STATS.elements += n
+    if n == 0:
+        return out
+    if _MODE == "exact":
+        return _compare_exact(g, prep, family, dtype, out, stop_at_failure)
+    if n <= SMALL:
+        # the worst element needs one exact evaluation anyway: for a handful of elements the exact
+        # comparison of each costs less than the vectorized pass
+        STATS.small += n
+        return _compare_exact(g, prep, family, dtype, out, stop_at_failure)
+    K, u_t, floor = tolerance.K[family], float(tolerance.UNIT_ROUNDOFF[dtype]), float(tolerance.FLOOR[dtype])
+    kind = prep.kind
+    real = kind == _KIND_REAL
+    finite_g = np.isfinite(g)
+    # exact-known results: cmp objects by position
+    known: dict[int, tolerance.Comparison] = {}
+    passed = np.zeros(n, dtype=bool)
+    ratio_lb = np.zeros(n)
+    ratio_ub = np.zeros(n)
+    # booleans: equality of truth values (tolerance.compare's rule), exactly
+    bmask = kind == _KIND_BOOL
+    if bmask.any():
+        ok = (g[bmask] != 0) == prep.rbool[bmask]
+        passed[bmask] = ok
+        ratio_lb[bmask] = ratio_ub[bmask] = np.where(ok, 0.0, math.inf)
+    # the float64 fast path
+    fast = real & finite_g
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        gg, hi, lo, s = g[fast], prep.r_hi[fast], prep.r_lo[fast], prep.s[fast]
+        b = (K * u_t) * s + floor
+        d1 = gg - hi                                    # TwoSum(g, -hi): g - hi = d1 + t exactly
+        bb = d1 - gg
+        t = (gg - (d1 - bb)) + (-hi - bb)
+        e = np.abs(d1 + (t - lo))
+        slack_e = U * e + 4 * U * U * (np.abs(d1) + np.abs(hi)) + TINY
+        slack_b = 4 * U * b + TINY
+        slack = 2 * (slack_e + slack_b)
+        ok_fast = np.isfinite(e) & np.isfinite(b) & np.isfinite(slack)
+        decided = ok_fast & (np.abs(e - b) > slack)
+        lb = np.maximum(e - slack_e, 0.0) / (b + slack_b) * (1 - 2.0 ** -48)
+        ub = (e + slack_e) / (b - slack_b) * (1 + 2.0 ** -48)
+        zero = prep.r_exact[fast] & (d1 == 0)           # error exactly 0: ratio exactly 0
+        lb[zero] = 0.0
+        ub[zero] = 0.0
+    idx_fast = np.flatnonzero(fast)
+    passed[idx_fast] = e <= b
+    ratio_lb[idx_fast] = lb
+    ratio_ub[idx_fast] = ub
+    # the rest, exactly: non-finite elements, and margins within the rounding slack
+    undecided = np.concatenate([np.flatnonzero(~fast & ~bmask), idx_fast[~decided]])
+    STATS.special += int((~fast & ~bmask).sum())
+    STATS.fallbacks += int((~decided).sum())
+    STATS.fast += int(decided.sum()) + int(bmask.sum())
+    for k in np.sort(undecided).tolist():
+        c = _exact(float(g[k]), prep, k, family, dtype)
+        known[k] = c
+        passed[k] = c.passed
+        ratio_lb[k] = ratio_ub[k] = c.ratio
+    out.passed = passed
+    # the first failure, exactly
+    fails = np.flatnonzero(~passed)
+    if fails.size:
+        k = int(fails[0])
+        c = known.get(k) or _exact(float(g[k]), prep, k, family, dtype)
+        if k not in known:
+            STATS.ratio_evals += 1
+            known[k] = c
+        out.failure, out.failure_path, out.failure_got, out.failure_ref = c, prep.paths[k], float(g[k]), prep.refs[k]
+        if stop_at_failure:
+            return out
+    # the worst ratio: exact evaluation of every element whose interval can hold the maximum
+    exact_ratio = {k: c.ratio for k, c in known.items()}
+    best = float(ratio_lb.max())
+    cand = np.flatnonzero(ratio_ub >= best)
+    if best == 0.0:
+        # every ratio is 0 except possibly those with ub > 0: the max is among them, or it is 0
+        cand = np.flatnonzero(ratio_ub > 0)
+    seen: dict = {}     # equal (result, reference, scale) give the equal comparison: ties cost one evaluation
+    for k in cand.tolist():
+        if k not in exact_ratio:
+            same = (float(g[k]), _hashable(prep.refs[k]), _hashable(prep.scales[k]))
+            c = seen.get(same)
+            if c is None:
+                c = seen[same] = _exact(float(g[k]), prep, k, family, dtype)
+                STATS.ratio_evals += 1
+            known[k] = c
+            exact_ratio[k] = c.ratio
+    if exact_ratio:
+        top = max(exact_ratio.values())
+    else:
+        top = 0.0
+    if top == 0.0:
+        # the first element overall has ratio 0 (every lower bound is 0 and no candidate is above)
+        k = 0
+    else:
+        k = min(i for i, r in exact_ratio.items() if r == top)
+    if k not in known:
+        known[k] = _exact(float(g[k]), prep, k, family, dtype)
+        STATS.ratio_evals += 1
+    out.worst, out.worst_path = known[k], prep.paths[k]
+    return out
+
+
+def _hashable(x):
+    """A key equal for equal values: the string, number, or an mpf's exact (sign, man, exp, bc)."""
+    return x._mpf_ if isinstance(x, mpf) else (x if isinstance(x, (str, int, float, type(None))) else repr(x))
+
+
+def _compare_exact(g, prep, family, dtype, out, stop_at_failure):
+    passed = np.zeros(len(prep.refs), dtype=bool)
+    worst = -1.0
+    for k in range(len(prep.refs)):
+        c = _exact(float(g[k]), prep, k, family, dtype)
+        passed[k] = c.passed
+        if c.ratio > worst:
+            worst, out.worst, out.worst_path = c.ratio, c, prep.paths[k]
+        if not c.passed and out.failure is None:
+            out.failure, out.failure_path, out.failure_got, out.failure_ref = c, prep.paths[k], float(g[k]), prep.refs[k]
+            if stop_at_failure:
+                break
+    out.passed = passed
+    return out
+
+
+def _elements_loop(got, prep, family, dtype, stop_at_failure, lookup):
+    """The element-by-element loop (a result not laid out like the reference): ``lookup(path)``
+    gives the value or raises as the caller wants."""
+    out = Outcome(compared=len(prep.refs))
+    STATS.elements += len(prep.refs)
+    worst = -1.0
+    passed = np.zeros(len(prep.refs), dtype=bool)
+    for k, path in enumerate(prep.paths):
+        value = lookup(path)
+        c = _exact(value, prep, k, family, dtype)
+        STATS.special += 1
+        passed[k] = c.passed
+        if c.ratio > worst:
+            worst, out.worst, out.worst_path = c.ratio, c, path
+        if not c.passed and out.failure is None:
+            out.failure, out.failure_path, out.failure_got, out.failure_ref = c, path, value, prep.refs[k]
+            if stop_at_failure:
+                break
+    out.passed = passed
+    return out
+
+
+def compare_output(case: dict, key: str, ref, got, family: str, dtype: str) -> Outcome:
+    """One output (or ``grad.<input>``) of a golden case against the adapter's tensor ``got``,
+    with the runner's rules: per-token outputs of a scale case are stored at ``positions``; null
+    reference elements are not compared."""
+    scale = case["scale"].get(key)
+    positions = case.get("positions")
+    token = positions is not None and isinstance(ref, list) and len(ref) == len(positions) and \
+        hasattr(got, "dim") and got.dim() >= 2
+    prep = prepare(ref, scale, positions if token else None)
+    g = _gather(got, prep)
+    if g is not None:
+        return compare_prepared(g, prep, family, dtype)
+    t = got.detach().to("cpu").double() if hasattr(got, "detach") else got
+    return _elements_loop(t, prep, family, dtype, False,
+                          lambda path: t[path].item() if path else t.item())
+
+
+__all__ = ["to_tensors", "objective", "call", "compare_output", "compare_prepared", "prepare", "Outcome",
+           "STATS", "set_mode", "mode"]

@@ -1,0 +1,512 @@
+"""Shared by the property modules: results, examples, the reference (cached), adapter calls and
+comparisons through the comparison core (conformance/compare.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Callable
+
+from mpmath import mp, mpf
+
+from pgspec.reference import REGISTRY, SpecError, evaluate
+
+from .. import strategies as pst
+from .. import compare as core
+from .. import tolerance
+
+
+SPEC_PAGE = "spec/properties.md"
+OUTCOMES = ("pass", "fail", "error", "unsupported")
+FIXED_EXAMPLES = 2          # seeded examples per (property, formula), plus hand-made ones where listed
+REF_DIGITS = 40             # reference invariances hold to this many significant digits
+
+
+class Unsupported(Exception):
+    """The adapter lacks a formula (or dtype) the property needs."""
+
+
+class Falsified(AssertionError):
+    """A property does not hold on an example (message says where and by how much)."""
+
+
+@dataclass
+class PropertyResult:
+    property: str
+    formula: str
+    dtype: str
+    device: str
+    outcome: str
+    message: str = ""
+    example: dict | None = None
+    repro: str = ""
+    error_ratio: float | None = None
+    examples: int = 0
+
+    def to_json(self):
+        d = asdict(self)
+        if d["error_ratio"] is not None and not math.isfinite(d["error_ratio"]):
+            d["error_ratio"] = str(d["error_ratio"])
+        return d
+
+
+@dataclass(frozen=True)
+class Property:
+    id: str
+    title: str
+    applies: Callable[[], tuple]                 # the formula IDs it applies to (from the registry)
+    build: Callable                              # (Source, formula) -> example dict (JSON-able)
+    reference: Callable                          # (formula, example) -> None, raises Falsified
+    adapter: Callable                            # (Ctx, formula, example) -> worst error ratio, raises
+    extra_examples: Callable = field(default=lambda fid: [])   # hand-made examples for adapters
+
+    @property
+    def spec(self) -> str:
+        return f"{SPEC_PAGE}#{self.id}"
+
+    @property
+    def formulas(self) -> tuple:
+        return tuple(self.applies())
+
+    def to_json(self):
+        return {"id": self.id, "title": self.title, "spec": self.spec, "formulas": list(self.formulas)}
+
+
+@dataclass
+class Ctx:
+    adapter: object
+    dtype: str
+    device: str
+    worst: float = 0.0
+
+    def note(self, ratio):
+        if ratio is not None and ratio > self.worst:
+            self.worst = ratio
+
+
+# JSON-able examples (non-finite floats as strings) --------------------------------------------
+def encode(x):
+    if isinstance(x, dict):
+        return {k: encode(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [encode(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return x
+
+
+def decode(x):
+    """The inverse of ``encode``: "nan", "inf", "-inf" become floats again."""
+    if isinstance(x, dict):
+        return {k: decode(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [decode(v) for v in x]
+    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
+        return float(x)
+    return x
+
+
+def _key(*parts) -> str:
+    return json.dumps(encode(list(parts)), sort_keys=True)
+
+
+# The reference, cached (one evaluation serves every dtype and property) ------------------------
+@lru_cache(maxsize=4096)
+def _ref_cached(key: str):
+    stored = _disk_get(key)
+    if stored is not None:
+        return stored
+    result = _evaluate_ref(key)
+    _disk_put(key, result)
+    return result
+
+
+def _evaluate_ref(key: str):
+    fid, inputs, params = decode(json.loads(key))
+    try:
+        return evaluate(fid, inputs, params, with_scale=True)
+    except TypeError:
+        # A reference defect (reported): the scale pass fails when every real input is tracked.
+        # Fall back to the scale of the nodes built from the differentiable inputs only (the
+        # operations on constant inputs are then not counted: a slight underestimate of S).
+        r = evaluate(fid, inputs, params)
+        r["scale"] = _scales_differentiable_only(fid, inputs, params)
+        return r
+
+
+# The reference results of the fixed examples, kept on disk between runs: an entry is named by the
+# sha256 of the example and of the reference's source files and mpmath's version, so it is the
+# evaluation's result bit for bit (mpf values stored exactly as (sign, mantissa, exponent, bits)).
+# Under $PGSPEC_CACHE/references (default ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
+def _cache_dir():
+    import os
+    from pathlib import Path
+
+    root = os.environ.get("PGSPEC_CACHE")
+    if root == "off":
+        return None
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pgspec")
+    return Path(root) / "references"
+
+
+@lru_cache(maxsize=1)
+def _reference_digest() -> str:
+    import hashlib
+    from pathlib import Path
+
+    import mpmath
+
+    import pgspec.reference as package
+
+    h = hashlib.sha256(mpmath.__version__.encode())
+    for path in sorted(Path(package.__file__).resolve().parent.rglob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _disk_path(key: str):
+    import hashlib
+
+    d = _cache_dir()
+    if d is None:
+        return None
+    return d / (hashlib.sha256((_reference_digest() + "\0" + key).encode()).hexdigest() + ".json")
+
+
+def _pack(x):
+    if isinstance(x, mpf):
+        sign, man, exp, bc = x._mpf_
+        return {"mpf": [sign, hex(man), exp, bc]}
+    if isinstance(x, dict):
+        return {"dict": {k: _pack(v) for k, v in x.items()}}
+    if isinstance(x, (list, tuple)):
+        return [_pack(v) for v in x]
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    raise TypeError(f"cannot store {type(x).__name__}")
+
+
+def _unpack(x):
+    if isinstance(x, dict):
+        if "mpf" in x:
+            sign, man, exp, bc = x["mpf"]
+            return mp.make_mpf((sign, int(man, 16), exp, bc))
+        return {k: _unpack(v) for k, v in x["dict"].items()}
+    if isinstance(x, list):
+        return [_unpack(v) for v in x]
+    return x
+
+
+def _disk_get(key: str):
+    path = _disk_path(key)
+    if path is None or not path.exists():
+        return None
+    try:
+        stored = json.loads(path.read_text())
+        return _unpack(stored["result"]) if stored.get("key") == key else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _disk_put(key: str, result) -> None:
+    import os
+
+    path = _disk_path(key)
+    if path is None:
+        return
+    try:
+        data = json.dumps({"key": key, "result": _pack(result)})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(data)
+        tmp.replace(path)
+    except (OSError, TypeError):
+        pass  # a read-only or unusable cache only costs time
+
+
+def _scales_differentiable_only(fid, inputs, params):
+    from pgspec.reference._evaluate import _scales, check_params, convert_inputs
+
+    f = REGISTRY[fid]
+    with mp.workdps(60):
+        converted, leaves = convert_inputs(f, inputs, track_all=False)
+        raw = f.func(**converted, **check_params(f, params))
+        return _scales(f, raw, leaves)
+
+
+_BY_IDENTITY: dict = {}
+
+
+def ref(fid, inputs, params=None):
+    """The reference result (with scales) of ``fid`` on ``inputs``; the same objects asked again
+    (a fixed example, once per dtype) are answered without re-encoding them."""
+    ident = (fid, id(inputs), id(params))
+    hit = _BY_IDENTITY.get(ident)
+    if hit is not None and hit[0] is inputs and hit[1] is params:
+        return hit[2]
+    result = _ref_cached(_key(fid, inputs, params or {}))
+    if len(_BY_IDENTITY) > 4096:
+        _BY_IDENTITY.clear()
+    _BY_IDENTITY[ident] = (inputs, params, result)
+    return result
+
+
+def _s(r, key, *path):
+    """The reference's tolerance scale of output ``key`` at ``path`` (None when not available)."""
+    x = r.get("scale", {}).get(key)
+    for k in path:
+        if x is None:
+            return None
+        x = x[k]
+    return x
+
+
+def _close(a, b, scale=None, digits=REF_DIGITS) -> bool:
+    """Reference agreement: |a - b| <= 10^-digits max(|a|, |b|, scale, tiny)."""
+    if a is None or b is None or isinstance(a, bool) or isinstance(b, bool):
+        return a == b
+    a, b = mpf(a), mpf(b)
+    size = max(abs(a), abs(b), mpf(scale) if scale is not None else mpf(0))
+    return abs(a - b) <= mpf(10) ** -digits * size + mpf(10) ** -(2 * digits)
+
+
+def _flat(x, path=()):
+    if isinstance(x, (list, tuple)):
+        for k, item in enumerate(x):
+            yield from _flat(item, path + (k,))
+    else:
+        yield path, x
+
+
+def _at(x, path):
+    for k in path:
+        x = x[k]
+    return x
+
+
+def _fmt(x):
+    if x is None or isinstance(x, bool):
+        return repr(x)
+    try:
+        return mp.nstr(mpf(x), 12)
+    except (TypeError, ValueError):
+        return repr(x)
+
+
+def _assert_same(label, a, b, scale=None):
+    """Nested reference results a and b agree element by element (40 digits; booleans exactly)."""
+    fa, fb = list(_flat(a)), list(_flat(b))
+    if len(fa) != len(fb):
+        raise Falsified(f"{label}: shapes differ ({len(fa)} vs {len(fb)} elements)")
+    fs = dict(_flat(scale)) if scale is not None else {}
+    for (path, x), (_, y) in zip(fa, fb):
+        if not _close(x, y, fs.get(path)):
+            raise Falsified(f"{label}{list(path)}: {_fmt(x)} != {_fmt(y)}")
+
+
+# Calling an adapter the way runner.run_case does (conformance/compare.py) -----------------------
+def _torch():
+    import torch
+
+    return torch
+
+
+def _tensors(ctx, fid, inputs):
+    return core.to_tensors(fid, inputs, ctx.dtype, ctx.device)
+
+
+def _need(ctx, *fids):
+    caps = ctx.adapter.capabilities()
+    missing = [f for f in fids if f not in caps]
+    if missing:
+        raise Unsupported(f"{ctx.adapter.name} does not implement {', '.join(missing)}")
+    if ctx.dtype not in ctx.adapter.dtypes:
+        raise Unsupported(f"{ctx.adapter.name} does not support {ctx.dtype}")
+
+
+def call(ctx, fid, inputs, params):
+    """(outputs, gradients, tensors): the adapter's formula on ``inputs`` (nested lists) in the
+    context's dtype and device, gradients of the unmasked sum of ``grad_of`` as the runner takes them."""
+    tensors = _tensors(ctx, fid, inputs)
+    out, grads = core.call(ctx.adapter, fid, tensors, params)
+    return out, grads, tensors
+
+
+def _pylist(t):
+    if hasattr(t, "detach"):
+        t = t.detach().to("cpu")
+        if t.dtype.is_floating_point:
+            t = t.double()
+        return t.tolist()
+    return t
+
+
+def compare(ctx, label, got, reference, scale, family):
+    """Every non-null element of ``reference`` against ``got`` (tensor or nested list) with the
+    tolerance model, through the comparison core; raises Falsified at the first element out of
+    bound, returns the worst ratio."""
+    where = list
+    if not isinstance(reference, list):          # a scalar: the result's single value
+        g = _pylist(got)
+        g = g if not isinstance(g, list) else (g[0] if len(g) == 1 else g)
+        if isinstance(g, list):
+            raise Falsified(f"{label}[]: the adapter's result has the wrong shape")
+        got, reference, scale = [g], [reference], ([scale] if scale is not None else None)
+        where = lambda path: []  # noqa: E731 - reported as the original path ()
+    prep = core.prepare(reference, scale)
+    g = _gather(got, prep)
+    if g is None:
+        return _compare_loop(ctx, label, got, reference, scale, family)
+    res = core.compare_prepared(g, prep, family, ctx.dtype, stop_at_failure=True)
+    if res.failure is not None:
+        cmp = res.failure
+        raise Falsified(f"{label}{where(res.failure_path)}: got {res.failure_got!r}, reference "
+                        f"{_fmt(res.failure_ref)}, error {cmp.error:.3g} > bound {cmp.bound:.3g}"
+                        + (f" ({cmp.note})" if cmp.note else ""))
+    worst = max(res.worst.ratio, 0.0) if res.worst is not None else 0.0
+    ctx.note(worst)
+    return worst
+
+
+def _gather(got, prep):
+    """The result's values at the reference's paths (float64), or None when its layout differs."""
+    import numpy as np
+
+    if hasattr(got, "detach"):
+        arr = got.detach().to("cpu").double().numpy()
+    else:
+        try:
+            arr = np.asarray(got, dtype=np.float64)
+        except (TypeError, ValueError):
+            return None
+    if prep.index is None or prep.scalar or arr.shape != prep.shape:
+        return None
+    return arr[prep.index]
+
+
+def _compare_loop(ctx, label, got, reference, scale, family):
+    """Element by element (a result not laid out like the reference): wrong shapes are reported."""
+    g = _pylist(got)
+    worst = 0.0
+    fs = dict(_flat(scale)) if scale is not None else {}
+    for path, r in _flat(reference):
+        if r is None:
+            continue
+        try:
+            value = _at(g, path) if path else g
+        except (IndexError, TypeError):
+            raise Falsified(f"{label}: the adapter's result has the wrong shape") from None
+        if isinstance(value, list):
+            raise Falsified(f"{label}{list(path)}: the adapter's result has the wrong shape")
+        cmp = tolerance.compare(value, r, fs.get(path), family, ctx.dtype)
+        worst = max(worst, cmp.ratio)
+        if not cmp.passed:
+            raise Falsified(f"{label}{list(path)}: got {value!r}, reference {_fmt(r)}, error {cmp.error:.3g} > "
+                            f"bound {cmp.bound:.3g}" + (f" ({cmp.note})" if cmp.note else ""))
+    ctx.note(worst)
+    return worst
+
+
+def compare_to_ref(ctx, fid, label, out, grads, r, *, outputs=None, positions=None):
+    """Compare the adapter's outputs and gradients with a reference result ``r`` (with scales)."""
+    f = REGISTRY[fid]
+    names = outputs if outputs is not None else [o.name for o in f.outputs]
+    primary = f.grad_of or f.outputs[0].name
+    for name in names:
+        if name not in out:
+            if name != primary:
+                continue  # as in the runner: outputs other than the primary one are optional
+            raise Falsified(f"{label}: the adapter returned no {name!r}")
+        compare(ctx, f"{label} {name}", _cut(out[name], positions), r[name], r["scale"].get(name), f.family)
+    for name, g in r["grad"].items():
+        if name not in grads:
+            raise Falsified(f"{label}: the adapter returned no gradient for {name!r}")
+        compare(ctx, f"{label} grad.{name}", _cut(grads[name], positions), g, r["scale"].get(f"grad.{name}"), f.family)
+
+
+def _cut(t, positions):
+    """The first ``positions`` columns of a per-token tensor (padding appended by a property)."""
+    if positions is None or not hasattr(t, "dim") or t.dim() < 2:
+        return t
+    return t[:, :positions]
+
+
+# Example builders ------------------------------------------------------------------------------
+BASE_PARAMS = {"agg.constant": {"divisor": 16}, "dist.cp_reduce": {"ownership": "position"},
+               "dist.cp_split": {"ownership": "position"}}
+EXCLUDED = ("dist.cp_split",)   # no real inputs: padding/permutation of an owner map is dist's own business
+
+
+def _adv_shapes(fid):
+    try:
+        shapes = REGISTRY[fid].input("advantages").shapes
+    except KeyError:
+        return ()
+    return tuple(tuple(s) for s in shapes)
+
+
+@lru_cache(maxsize=None)
+def input_fields(fid: str) -> tuple:
+    """The canonical inputs an example of ``fid`` needs with its base parameters: the required ones,
+    plus optional ones the reference asks for (for example group_ids for loss.dapo's default
+    prompt-mean aggregation), minus those it refuses (an unused log-prob input)."""
+    import re
+
+    f = REGISTRY[fid]
+    fields = [i.name for i in f.inputs if not i.optional]
+    for _ in range(8):
+        ex = _batch(pst.SeededSource(1), fid, tuple(fields))
+        try:
+            evaluate(fid, ex["inputs"], ex["params"])
+            return tuple(fields)
+        except SpecError as e:
+            msg = str(e)
+            missing = re.search(r"missing input '(\w+)'", msg)
+            given = re.search(r"input '(\w+)' was given", msg)
+            if missing and missing.group(1) not in fields:
+                fields.append(missing.group(1))
+            elif given and given.group(1) in fields:
+                fields.remove(given.group(1))
+            else:
+                raise
+    raise RuntimeError(f"{fid}: could not find a valid input set")
+
+
+def _batch(src, fid, fields, **kw):
+    shapes = _adv_shapes(fid)
+    if "advantages" in fields and ("B", "T") not in shapes:
+        kw["per_token_advantages"] = False
+    if "advantages" in fields and ("B",) not in shapes:
+        kw["per_token_advantages"] = True
+    kw.setdefault("max_B", 4)
+    kw.setdefault("max_T", 6)
+    data = pst.padded_batch(src, fields, **kw)
+    return {"inputs": {k: data[k] for k in fields}, "params": dict(BASE_PARAMS.get(fid, {}))}
+
+
+def formula_example(src, fid, **kw):
+    """A random valid example of ``fid``: ragged mask, junk (NaN/inf) at masked positions."""
+    return _batch(src, fid, input_fields(fid), **kw)
+
+
+def _has_mask(fid):
+    return REGISTRY[fid].mask_input is not None
+
+
+def _token_inputs(fid, inputs):
+    """Names of the inputs of ``inputs`` that are per-token ([B,T] or [B,T,V])."""
+    f = REGISTRY[fid]
+    out = []
+    for name in inputs:
+        shapes = f.input(name).shapes
+        if any(len(s) >= 2 and s[0] == "B" and s[1] == "T" for s in shapes) and isinstance(inputs[name][0] if inputs[name] else None, list):
+            out.append(name)
+    return out
+
+
+def _seq_inputs(fid, inputs):
+    f = REGISTRY[fid]
+    return [n for n in inputs if any(len(s) >= 1 and s[0] == "B" for s in f.input(n).shapes)]

@@ -1,0 +1,199 @@
+"""prop.clamp: clamp bounds hold at any input; clamped tokens have zero gradient on the clamped side"""
+
+from __future__ import annotations
+
+import zlib
+
+from mpmath import mp, mpf
+
+from pgspec.reference import REGISTRY
+
+from .. import strategies as pst
+from .. import tolerance
+from ._common import Falsified, Property, REF_DIGITS, _fmt, _need, _pylist, call, compare_to_ref, formula_example, ref
+
+
+def _kl_estimate(fid, x):
+    return {"kl.k1": -x, "kl.k2": x * x / 2, "kl.k3": mp.expm1(x) - x, "kl.abs": abs(x)}[fid]
+
+
+def _clamp_checks(fid, ex, out, grad, tol, closed_form=True):
+    """Violations of the clamp spec of ``fid`` in (out, grad) (nested lists of floats or mpf).
+    ``tol(value)`` is the slack allowed in a bound comparison (0 on the reference)."""
+    with mp.workdps(60):
+        return _clamp_checks_at_precision(fid, ex, out, grad, tol, closed_form)
+
+
+def _clamp_checks_at_precision(fid, ex, out, grad, tol, closed_form):
+    p, inputs = ex["params"], ex["inputs"]
+    mask = inputs["mask"]
+    bad = []
+    exp = lambda x: mp.exp(mpf(x))  # noqa: E731
+    rows = range(len(mask))
+
+    def within(label, v, lo, hi):
+        if v is None:
+            return
+        v = mpf(v)
+        if not mp.isfinite(v) or (lo is not None and v < lo - tol(lo)) or (hi is not None and v > hi + tol(hi)):
+            bad.append(f"{label} = {_fmt(v)} outside [{_fmt(lo)}, {_fmt(hi)}]")
+
+    def zero_grad(label, g):
+        if g != 0:
+            bad.append(f"{label}: gradient {_fmt(g)} on the clamped side (must be exactly 0)")
+
+    def d(i, t, a="logprobs", b="old_logprobs"):
+        return mpf(inputs[a][i][t]) - mpf(inputs[b][i][t])
+
+    if fid == "ratio.token":
+        c = mpf(p["log_ratio_clamp"])
+        for i in rows:
+            for t, m in enumerate(mask[i]):
+                if m:
+                    within(f"ratio[{i}][{t}]", out["ratio"][i][t], exp(-c), exp(c))
+                    if abs(d(i, t)) > c:
+                        zero_grad(f"ratio[{i}][{t}]", grad[i][t])
+    elif fid == "ratio.sequence_product":
+        c = mpf(p["log_ratio_clamp"])
+        for i in rows:
+            within(f"ratio[{i}]", out["ratio"][i], exp(-c), exp(c))
+            if abs(mp.fsum(d(i, t) for t, m in enumerate(mask[i]) if m)) > c:
+                for t, m in enumerate(mask[i]):
+                    if m:
+                        zero_grad(f"ratio[{i}] token {t}", grad[i][t])
+    elif fid in ("ratio.sequence_geometric", "ratio.gspo_token"):
+        c = mpf(p["log_ratio_max"])
+        for i in rows:
+            vals = out["ratio"][i] if isinstance(out["ratio"][i], list) else [out["ratio"][i]]
+            for v in vals:
+                within(f"ratio[{i}]", v, None, exp(c))
+            ts = [t for t, m in enumerate(mask[i]) if m]
+            if fid == "ratio.sequence_geometric" and ts and mp.fsum(d(i, t) for t in ts) / len(ts) > c:
+                for t in ts:
+                    zero_grad(f"ratio[{i}] token {t}", grad[i][t])
+    elif fid.startswith("is.") and fid.endswith(".truncate"):
+        lo = mpf(p["c_min"]) if p.get("c_min") is not None else None
+        hi = mpf(p["c_max"]) if p.get("c_max") is not None else None
+        for i in rows:
+            for t, m in enumerate(mask[i]):
+                if m:
+                    within(f"weight[{i}][{t}]", out["weight"][i][t], lo, hi)
+    elif fid.startswith("is.") and fid.endswith(".mask"):
+        lo, hi = mpf(p["c_min"]), mpf(p["c_max"])
+        for i in rows:
+            for t, m in enumerate(mask[i]):
+                w = out["weight"][i][t]
+                if m and w is not None and mpf(w) != 0:
+                    within(f"weight[{i}][{t}] (kept)", w, lo, hi)
+    elif fid in ("kl.k1", "kl.k2", "kl.k3", "kl.abs"):
+        a, b = p.get("log_ratio_min"), p.get("log_ratio_max")
+        lo, hi = p.get("output_min"), p.get("output_max")
+        for i in rows:
+            for t, m in enumerate(mask[i]):
+                if not m:
+                    continue
+                x = d(i, t, "ref_logprobs", "logprobs")
+                xc = min(max(x, mpf(a)), mpf(b)) if a is not None else x
+                want = _kl_estimate(fid, xc)
+                if lo is not None:
+                    want = min(max(want, mpf(lo)), mpf(hi))
+                v = out["kl"][i][t]
+                if closed_form and (v is None or not mp.isfinite(mpf(v))
+                                    or abs(mpf(v) - want) > tol(want) + mpf(10) ** -REF_DIGITS * (1 + abs(want))):
+                    bad.append(f"kl[{i}][{t}] = {_fmt(v)} at x = {_fmt(x)}, but the clamp of x to [{a}, {b}] comes "
+                               f"first: {fid} of the clamped x{' then clamped to the output bounds' if lo is not None else ''} "
+                               f"is {_fmt(want)}")
+                if (a is not None and (x < mpf(a) or x > mpf(b))) or (lo is not None and not (mpf(lo) < want < mpf(hi))):
+                    zero_grad(f"kl[{i}][{t}]", grad[i][t])
+    elif fid == "surrogate.ppo_clip":
+        el, eh = mpf(p["eps_low"]), mpf(p["eps_high"])
+        for i in rows:
+            for t, m in enumerate(mask[i]):
+                if not m:
+                    continue
+                A = mpf(inputs["advantages"][i]) if not isinstance(inputs["advantages"][i], list) else mpf(inputs["advantages"][i][t])
+                r = exp(d(i, t))
+                if (A > 0 and r > 1 + eh) or (A < 0 and r < 1 - el):
+                    zero_grad(f"loss[{i}][{t}] (A = {_fmt(A)}, r = {_fmt(r)})", grad[i][t])
+    elif fid == "surrogate.cispo":
+        if p.get("cap_form") == "absolute":
+            lo, hi = None, mpf(p["eps_high"])
+        else:
+            lo, hi = 1 - mpf(p["eps_low"]), 1 + mpf(p["eps_high"])
+        for i in rows:
+            for t, m in enumerate(mask[i]):
+                if m:
+                    within(f"weight[{i}][{t}]", out["weight"][i][t], lo, hi)
+    return bad
+
+
+CLAMP_PARAMS = {
+    "ratio.token": ({"log_ratio_clamp": 20.0}, {"log_ratio_clamp": 0.125}),
+    "ratio.sequence_product": ({"log_ratio_clamp": 20.0}, {"log_ratio_clamp": 1.0}),
+    "ratio.sequence_geometric": ({"log_ratio_max": 10.0}, {"log_ratio_max": 0.0625}),
+    "ratio.gspo_token": ({"log_ratio_max": 10.0}, {"log_ratio_max": 0.0625}),
+    "is.token.truncate": ({"c_min": 0.5, "c_max": 2.0},),
+    "is.sequence.truncate": ({"c_min": 0.5, "c_max": 2.0, "log_ratio_clamp": 20.0},),
+    "is.geometric.truncate": ({"c_min": 0.5, "c_max": 2.0},),
+    "is.token.mask": ({"c_min": 0.5, "c_max": 5.0},),
+    "is.sequence.mask": ({"c_min": 0.5, "c_max": 5.0, "log_ratio_clamp": 20.0},),
+    "is.geometric.mask": ({"c_min": 0.5, "c_max": 5.0},),
+    "kl.k1": ({"log_ratio_min": -20.0, "log_ratio_max": 20.0, "output_min": -10.0, "output_max": 10.0},
+              {"log_ratio_min": -1.0, "log_ratio_max": 1.0}),
+    "kl.k2": ({"log_ratio_min": -20.0, "log_ratio_max": 20.0, "output_min": -10.0, "output_max": 10.0},
+              {"log_ratio_min": -1.0, "log_ratio_max": 1.0}),
+    "kl.k3": ({"log_ratio_min": -20.0, "log_ratio_max": 20.0, "output_min": -10.0, "output_max": 10.0},
+              {"log_ratio_min": -20.0, "log_ratio_max": 20.0}, {"log_ratio_min": -1.0, "log_ratio_max": 1.0}),
+    "kl.abs": ({"log_ratio_min": -20.0, "log_ratio_max": 20.0, "output_min": -10.0, "output_max": 10.0},),
+    "surrogate.ppo_clip": ({"eps_low": 0.2, "eps_high": 0.28, "log_ratio_clamp": 20.0}, {"eps_low": 0.2, "eps_high": 0.2}),
+    "surrogate.cispo": ({"cap_form": "relative", "eps_low": 0.2, "eps_high": 0.28},
+                        {"cap_form": "absolute", "eps_high": 5.0}),
+}
+
+
+def _clamp_formulas():
+    return tuple(f for f in CLAMP_PARAMS if f in REGISTRY)
+
+
+def _clamp_build(src, fid):
+    ex = formula_example(src, fid, extreme=True, mismatch=48)
+    ex["params"] = dict(src.choice(CLAMP_PARAMS[fid]))
+    return ex
+
+
+def _clamp_extra(fid):
+    """Every parameter set of the formula on one batch with log-ratios of +-20 and +-200."""
+    out = []
+    for k, params in enumerate(CLAMP_PARAMS[fid]):
+        ex = formula_example(pst.SeededSource(zlib.crc32(f"clamp/{fid}/{k}".encode())), fid, extreme=True, B=4, T=6,
+                             empty=False)
+        ex["params"] = dict(params)
+        out.append(ex)
+    return out
+
+
+def _clamp_reference(fid, ex):
+    r = ref(fid, ex["inputs"], ex["params"])
+    bad = _clamp_checks(fid, ex, r, r["grad"].get("logprobs"), lambda v: 0)
+    if bad:
+        raise Falsified(f"{fid} {ex['params']}: " + "; ".join(bad[:3]))
+
+
+def _clamp_adapter(ctx, fid, ex):
+    _need(ctx, fid)
+    r = ref(fid, ex["inputs"], ex["params"])
+    out, grads, _ = call(ctx, fid, ex["inputs"], ex["params"])
+    family = REGISTRY[fid].family
+    got = {k: _pylist(v) for k, v in out.items() if k != "grad"}
+    g = _pylist(grads["logprobs"]) if "logprobs" in grads else None
+    bad = _clamp_checks(fid, ex, got, g, lambda v: tolerance.bound(family, ctx.dtype, abs(mpf(v))) if v is not None else 0,
+                        closed_form=False)   # values: compared with the reference below, with its scales
+    if bad:
+        raise Falsified(f"{fid} {ex['params']}: " + "; ".join(bad[:3]))
+    compare_to_ref(ctx, fid, f"{fid} {ex['params']} at log-ratios up to +-200", out, grads, r)
+    return ctx.worst
+
+
+
+PROPERTY = Property("prop.clamp", "Clamp bounds hold at any input; zero gradient on the clamped side",
+                   _clamp_formulas, _clamp_build, _clamp_reference, _clamp_adapter, _clamp_extra)

@@ -1,0 +1,136 @@
+"""`pgspec check`: the float64 oracle against the mpmath reference (values and tolerance scales on
+the corpus's scale cases and on a seeded batch), and production-size checks that pass the torch
+backend and catch a perturbed one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from pgspec.adapters.base import Adapter
+from pgspec.conformance import check, compare, golden, runner
+from pgspec.reference import REGISTRY, evaluate
+
+
+def _scale_cases():
+    return [c for c in golden.load_all() if c["category"] == "scale" and c["formula"] in check.ORACLE_FORMULAS]
+
+
+def _oracle_applies(case):
+    try:
+        check.oracle_scales(case["formula"], {}, runner.adapter_params(case["formula"], case["params"]))
+    except check.CheckError:
+        return False
+    except (KeyError, TypeError):
+        return True
+    return True
+
+
+def _agree(case_like, out, grads, scales, positions):
+    """The oracle's values within the float64 tolerance of the reference (its stored scales), and
+    the oracle's scales equal to the reference's (stored with 6 significant digits)."""
+    f = REGISTRY[case_like["formula"]]
+    name = f.outputs[0].name
+    gname = next(iter(case_like["grad"]))
+    res = compare.compare_output(case_like, name, case_like["outputs"][name], out[name], f.family, "float64")
+    assert res.failure is None, res.failure
+    res = compare.compare_output(case_like, f"grad.{gname}", case_like["grad"][gname], grads[gname], f.family, "float64")
+    assert res.failure is None, res.failure
+    assert float(scales[name]) == pytest.approx(float(case_like["scale"][name]), rel=1e-5)
+    gs = scales[f"grad.{gname}"]
+    ref_s = case_like["scale"][f"grad.{gname}"]
+    pairs = zip(positions, ref_s) if positions is not None else \
+        (((b, t), s) for b, row in enumerate(ref_s) for t, s in enumerate(row))
+    n = 0
+    for (b, t), s in pairs:
+        if s is None:
+            continue
+        assert float(gs[b, t]) == pytest.approx(float(s), rel=1e-5, abs=1e-300), (b, t)
+        n += 1
+    assert n > 0
+
+
+@pytest.mark.parametrize("case", [c for c in _scale_cases() if _oracle_applies(c)], ids=lambda c: c["id"])
+def test_oracle_agrees_with_the_reference_on_the_scale_cases(case):
+    arrays = {k: np.asarray(v) for k, v in golden.case_inputs(case).items()}
+    out, grads, scales = check.oracle(case["formula"], arrays, runner.adapter_params(case["formula"], case["params"]))
+    _agree(case, out, grads, scales, case["positions"])
+
+
+def test_the_scale_cases_cover_every_oracle_formula_but_grpo_with_kl():
+    covered = {c["formula"] for c in _scale_cases() if _oracle_applies(c)}
+    assert covered == set(check.ORACLE_FORMULAS) - {"loss.grpo"}   # its scale cases have beta = 0.04
+
+
+@pytest.mark.parametrize("formula", ["loss.grpo", "loss.bnpo", "agg.sample_mean"])
+def test_oracle_agrees_with_the_reference_on_a_seeded_ragged_batch(formula):
+    params = {"beta": 0.0} if formula == "loss.grpo" else {}
+    arrays = check.seeded_inputs(formula, 3, 96, seed=11)
+    inputs = {k: v.tolist() for k, v in arrays.items()}
+    r = evaluate(formula, inputs, params, with_scale=True)
+    f = REGISTRY[formula]
+    fake = {"formula": formula, "outputs": {o.name: golden._map(r[o.name], golden.output_str) for o in f.outputs},
+            "grad": {k: golden._map(v, golden.output_str) for k, v in r["grad"].items()},
+            "scale": {k: golden._map(v, lambda x: golden.output_str(x, 6)) for k, v in r["scale"].items()}}
+    out, grads, scales = check.oracle(formula, arrays, params)
+    _agree(fake, out, grads, scales, None)
+
+
+def test_torch_backend_passes_at_scale_in_float32_and_bfloat16():
+    adapter = runner.load_adapter("torch")
+    for formula, params in (("loss.grpo", {"beta": 0.0}), ("loss.bnpo", {}), ("agg.token_mean", {})):
+        for dtype in ("float32", "bfloat16"):
+            res = check.run_check(adapter, formula, 4, 2048, dtype, params=params)
+            assert res.outcome == "pass", res.message
+            assert [o.output for o in res.outputs][-1].startswith("grad.")
+            assert all(o.compared > 0 and o.worst_ratio < 1 for o in res.outputs)
+
+
+def _perturbed(scale):
+    torch_adapter = runner.load_adapter("torch")
+
+    def bnpo(inputs, params):
+        out = torch_adapter.implementations["loss.bnpo"](inputs, params)
+        return {**out, "loss": out["loss"] * scale}
+
+    return Adapter("perturbed", "test", "0", implementations={"loss.bnpo": bnpo})
+
+
+def test_a_relative_error_of_1e_4_is_caught_in_float32():
+    res = check.run_check(_perturbed(1 + 1e-4), "loss.bnpo", 4, 2048, "float32")
+    assert res.outcome == "fail" and "loss" in res.message
+    assert check.run_check(_perturbed(1.0), "loss.bnpo", 4, 2048, "float32").outcome == "pass"
+
+
+def test_usage_errors():
+    adapter = runner.load_adapter("torch")
+    with pytest.raises(check.CheckError, match="no oracle scale"):
+        check.run_check(adapter, "kl.k3", 2, 8)
+    with pytest.raises(check.CheckError, match="options off"):
+        check.run_check(adapter, "loss.grpo", 2, 8)          # beta = 0.04 by default
+    with pytest.raises(check.CheckError, match="BxT"):
+        check.parse_shape("64-32768")
+
+
+def test_cli_exit_codes():
+    cmd = [sys.executable, "-m", "pgspec.conformance.cli", "check"]
+    ok = subprocess.run(cmd + ["--formula", "agg.sample_mean", "--shape", "4x512"], capture_output=True, text=True)
+    assert ok.returncode == 0 and ": pass" in ok.stdout
+    bad = subprocess.run(cmd + ["--formula", "kl.k3"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no oracle scale" in bad.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message without CUDA")
+def test_cuda_is_refused_cleanly_without_a_gpu():
+    with pytest.raises(check.CheckError, match="CUDA"):
+        check.run_check(runner.load_adapter("torch"), "loss.bnpo", 2, 8, device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_torch_backend_passes_on_cuda():  # pragma: no cover - CI has no GPU
+    res = check.run_check(runner.load_adapter("torch"), "loss.bnpo", 8, 4096, "bfloat16", device="cuda")
+    assert res.outcome == "pass", res.message

@@ -1,0 +1,177 @@
+"""The command line as a user meets it: an adapter in the current folder, repro snippets that
+rerun what was run, failure lines with their dtype, comma lists of globs, tables readable at 80
+columns and when piped, install commands whole, --version, every option's default in its help."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from pgspec.conformance import cli
+
+SCRIPT = str(Path(sys.executable).parent / "pgspec")
+
+# A user's adapter module, as they would write it in their own repository: one correct formula
+# and one with a real bug (masking by multiplication lets a masked inf become NaN).
+MYMOD = '''
+import torch
+from pgspec.adapters.base import Adapter
+
+
+def token_ratio(inputs, params):
+    c = params.get("log_ratio_clamp")
+    if set(params) - {"log_ratio_clamp"} or (c is not None and not c > 0):
+        raise ValueError(f"bad parameters {params}")
+    for name, t in inputs.items():  # the spec's expected-error cases: reject what it rejects
+        if t.shape != inputs["mask"].shape or not torch.isfinite(t[inputs["mask"]].float()).all():
+            raise ValueError(f"bad input {name}")
+    x = torch.where(inputs["mask"], inputs["logprobs"] - inputs["old_logprobs"], 0.0)
+    return {"ratio": torch.exp(x if c is None else x.clamp(-c, c))}
+
+
+def token_ratio_masked_by_multiplication(inputs, params):
+    return {"ratio": torch.exp((inputs["logprobs"] - inputs["old_logprobs"]) * inputs["mask"])}
+
+
+adapter = Adapter("mine", "my-framework", "0.1", implementations={"ratio.token": token_ratio})
+broken = Adapter("mine-broken", "my-framework", "0.1",
+                 implementations={"ratio.token": token_ratio_masked_by_multiplication})
+'''
+
+
+def user_env(columns=80):
+    """The environment of a user's shell: no PYTHONPATH, a terminal width, output piped."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    env["COLUMNS"] = str(columns)
+    return env
+
+
+def pgspec(*args, cwd=None, columns=80):
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, cwd=cwd, env=user_env(columns))
+
+
+@pytest.fixture
+def user_repo(tmp_path):
+    (tmp_path / "mymod.py").write_text(MYMOD)
+    return tmp_path
+
+
+def test_a_module_object_adapter_imports_from_the_current_folder(user_repo):
+    r = pgspec("run", "--adapter", "mymod:adapter", "--formulas", "ratio.token", "--dtype", "float64",
+               "--no-properties", cwd=user_repo)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "No module named" not in r.stdout + r.stderr
+    assert re.search(r"mine: (\d+) of \1 applicable cases pass", r.stdout), r.stdout
+
+
+def test_failure_lines_keep_the_dtype_and_repro_reruns_the_same_spec(user_repo):
+    r = pgspec("run", "--adapter", "mymod:broken", "--formulas", "ratio.token", "--dtype", "float64,float32",
+               "--no-properties", "--report", "json:out.json", cwd=user_repo)
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith("fail ")]
+    assert any("(float64)" in line for line in lines) and any("(float32)" in line for line in lines), r.stdout
+    assert len(set(lines)) == len(lines), "the same failure in two dtypes printed as identical lines"
+    failed = [x for x in json.loads((user_repo / "out.json").read_text())["results"] if x["outcome"] == "fail"]
+    assert failed
+    repro = failed[0]["repro"]
+    assert "load_adapter('mymod:broken')" in repro
+    # the snippet, run from the same folder, reruns that case and reproduces the failure
+    rerun = subprocess.run([sys.executable, "-c", repro], capture_output=True, text=True, cwd=user_repo,
+                           env=user_env())
+    assert rerun.returncode == 0, rerun.stderr
+    assert "outcome='fail'" in rerun.stdout and failed[0]["case_id"] in rerun.stdout
+
+
+def test_formulas_takes_a_comma_list_of_globs_everywhere():
+    r = pgspec("formulas", "--json", "--formulas", "kl.k1, ratio.*")
+    assert r.returncode == 0, r.stderr
+    ids = {f["id"] for f in json.loads(r.stdout)}
+    assert "kl.k1" in ids and "ratio.token" in ids and "ratio.sequence_geometric" in ids
+    assert not any(i.startswith("kl.") and i != "kl.k1" for i in ids)
+    table = pgspec("formulas", "--formulas", "kl.k1,ratio.token")
+    assert table.returncode == 0 and "kl.k1" in table.stdout and "ratio.token" in table.stdout
+    assert pgspec("formulas", "--formulas", "nothing.*,nada").returncode == 2
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_formulas_table_never_splits_an_id_at_80_columns_or_piped(columns):
+    from pgspec.reference import REGISTRY
+
+    r = pgspec("formulas", columns=columns)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    words = set(re.findall(r"[\w.]+\*?\??", r.stdout))
+    for fid, f in REGISTRY.items():
+        assert fid in words, f"{fid} is split or missing"
+        for p in f.params:
+            assert re.search(rf"\b{re.escape(p.name)}=", r.stdout), p.name
+
+
+def test_run_matrix_and_failures_readable_at_80_columns(user_repo):
+    r = pgspec("run", "--adapter", "mymod:broken", "--formulas", "ratio.token", "--dtype", "float64,float32,bfloat16",
+               "--no-properties", cwd=user_repo)
+    matrix = r.stdout.split("\nfail ")[0]
+    assert max(len(line) for line in matrix.splitlines()) <= 80
+    fail = [line for line in r.stdout.splitlines() if line.startswith("fail ")]
+    # one failure per line, never wrapped into a second line (grep-able when piped)
+    assert all(re.match(r"fail ratio\.token/\S+ \((float64|float32|bfloat16)\): ", line) for line in fail), fail
+
+
+def test_adapters_shows_install_commands_whole():
+    from pgspec.conformance import runner
+
+    r = pgspec("adapters")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "torch" in out
+    checked = 0
+    for name in runner.BUILTIN_ADAPTERS:
+        try:
+            ok, why = runner.load_adapter(name).available()
+        except Exception as e:  # noqa: BLE001
+            ok, why = False, str(e)
+        if not ok:
+            assert f"  {name}: {why}" in out.splitlines(), f"{name}: the reason is not printed whole"
+            checked += 1
+    table = out.split("(1) not available")[0]
+    assert max(len(line) for line in table.splitlines()) <= 80
+    if checked == 0:
+        pytest.skip("every adapter is installed here: no install command to show")
+
+
+def test_version():
+    r = pgspec("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"pgspec {version('pgspec')}"
+
+
+def _options(parser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from ((f"{name} {opt}", act, sub) for opt, act, _ in _options(sub))
+        elif action.option_strings and action.dest not in ("help", "version"):
+            yield action.option_strings[-1], action, parser
+
+
+def test_every_option_has_help_that_states_its_default():
+    options = list(_options(cli.build_parser()))
+    assert len(options) >= 9
+    for name, action, parser in options:
+        assert action.help and action.help.strip(), f"{name} has no help"
+        formatted = parser._get_formatter()._expand_help(action) if action.help else ""
+        assert "default" in formatted, f"{name}: help does not state its default: {formatted!r}"
+    # and as printed
+    r = pgspec("run", "--help", columns=200)
+    paragraphs = re.split(r"\n(?=  -)", r.stdout.split("options:")[1])
+    for opt in ("--adapter", "--device", "--dtype", "--formulas", "--properties", "--case-timeout"):
+        [para] = [p for p in paragraphs if p.strip().startswith(opt)]
+        assert "(default: " in para, para

@@ -1,0 +1,48 @@
+"""The HTML report's chart (``pgspec run --report html:PATH``): huge and infinite error ratios are
+drawn distinctly (overflow bars labelled with their value), never clipped to look like the axis cap."""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+
+from pgspec.conformance import report, runner
+
+DTYPES = ["float64", "float32", "bfloat16"]
+
+
+def summary_with(ratios: dict) -> runner.RunSummary:
+    s = runner.RunSummary()
+    for (family, dtype), w in ratios.items():
+        outcome = "pass" if w <= 1 else "fail"
+        s.results.append(runner.CaseResult("demo", "1", "cpu", dtype, f"{family}.x/c", f"{family}.x", family, "c",
+                                           outcome, error_ratio=w))
+    return s
+
+
+def test_chart_bars_tell_the_cap_a_huge_ratio_and_infinity_apart():
+    ratios = {("is", "float64"): 1e3, ("is", "float32"): 2e15, ("is", "bfloat16"): math.inf,
+              ("kl", "float64"): 0.04, ("kl", "float32"): 12.0, ("agg", "float64"): 0.0,
+              ("logprob", "float32"): math.nan}
+    bars = {(b["family"], b["dtype"]): b for b in report.chart_bars(report.matrix(summary_with(ratios), DTYPES), DTYPES)}
+    assert bars[("is", "float64")]["kind"] == "over" and bars[("is", "float64")]["height"] == report.CHART_CAP
+    huge, inf = bars[("is", "float32")], bars[("is", "bfloat16")]
+    assert huge["kind"] == "overflow" and huge["label"] == "2.0e+15" and huge["height"] > report.CHART_CAP
+    assert inf["kind"] == "infinite" and inf["label"] == "inf" and inf["height"] > huge["height"]
+    assert bars[("logprob", "float32")]["kind"] == "infinite" and bars[("logprob", "float32")]["label"] == "nan"
+    assert bars[("kl", "float64")]["kind"] == "ok" and bars[("kl", "float32")]["kind"] == "over"
+    assert bars[("agg", "float64")]["label"] == "0" and bars[("agg", "float64")]["height"] == report.CHART_FLOOR
+    assert ("agg", "float32") not in bars  # no result, no bar
+
+
+def test_html_report_of_a_run_with_an_infinite_ratio_embeds_the_chart(tmp_path):
+    from test_cli import MYMOD, pgspec
+
+    (tmp_path / "mymod.py").write_text(MYMOD)
+    r = pgspec("run", "--adapter", "mymod:broken", "--formulas", "ratio.token", "--dtype", "float64",
+               "--no-properties", "--report", "html:out.html", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    page = (tmp_path / "out.html").read_text()
+    png = base64.b64decode(re.search(r'src="data:image/png;base64,([^"]+)"', page).group(1))
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000

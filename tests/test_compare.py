@@ -1,0 +1,171 @@
+"""The vectorized comparison core (conformance/compare.py) decides every element exactly as the
+exact comparison (tolerance.compare, mpmath) does, and reports the same worst error ratio and
+first failure: over the golden corpus for the torch backend and the deliberately wrong adapters,
+and on elements built to sit at the bound (where the fast path must fall back)."""
+
+from __future__ import annotations
+
+import random
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mpmath import mp, mpf
+
+from pgspec.conformance import compare, golden, runner, tolerance
+from pgspec.reference import REGISTRY
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import wrong_adapters  # noqa: E402
+
+
+def _sequential(case, key, ref, got, family, dtype):
+    """The runner's element loop before the comparison core: tolerance.compare on each element."""
+    worst = first = None
+    n = 0
+    for path, value, r, s in runner._elements(case, key, ref, got):
+        c = tolerance.compare(value, r, s, family, dtype)
+        n += 1
+        if worst is None or c.ratio > worst[0].ratio:
+            worst = (c, path)
+        if not c.passed and first is None:
+            first = (c, path, repr(value), r)       # the runner reports repr(got) (NaN != NaN)
+    return n, worst, first
+
+
+def _same(res, seq):
+    n, worst, first = seq
+    assert res.compared == n
+    assert (res.worst, res.worst_path) == (worst if worst else (None, None))
+    got_first = (res.failure, res.failure_path, repr(res.failure_got), res.failure_ref) if res.failure else None
+    assert got_first == first
+
+
+@lru_cache(maxsize=1)
+def _corpus():
+    return golden.load_all()
+
+
+def _check_adapter_on_corpus(adapter, dtype, formulas=None):
+    checked = 0
+    for case in _corpus():
+        if case["formula"] not in adapter.capabilities() or (formulas and case["formula"] not in formulas):
+            continue
+        f = REGISTRY[case["formula"]]
+        try:
+            tensors = runner.to_tensors(case["formula"], runner.case_inputs(case), dtype, "cpu")
+            out, grads = compare.call(adapter, case["formula"], tensors,
+                                      runner.adapter_params(case["formula"], case["params"]))
+        except Exception:  # noqa: BLE001 - an error outcome compares nothing
+            continue
+        checks = [(n, case["outputs"][n], out.get(n)) for n in case["outputs"]]
+        checks += [(f"grad.{n}", case["grad"][n], grads.get(n)) for n in case["grad"]]
+        for key, ref, got in checks:
+            if got is None:
+                continue
+            res = compare.compare_output(case, key, ref, got, f.family, dtype)
+            _same(res, _sequential(case, key, ref, got, f.family, dtype))
+            checked += res.compared
+    return checked
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+def test_fast_and_exact_agree_on_the_corpus_for_the_torch_backend(dtype):
+    compare.STATS.reset()
+    n = _check_adapter_on_corpus(runner.load_adapter("torch"), dtype)
+    assert n > 30000
+    # the fast path decides nearly everything (the proof's slack is tiny next to the bounds); the
+    # rest are non-finite elements and outputs of one or two elements, compared exactly
+    s = compare.STATS
+    assert s.fast + s.small >= 0.95 * s.elements and s.fast >= 0.8 * s.elements
+    assert s.fast + s.small + s.fallbacks + s.special == s.elements
+
+
+@pytest.mark.parametrize("wrong", wrong_adapters.WRONG_ADAPTERS, ids=[w.name for w in wrong_adapters.WRONG_ADAPTERS])
+def test_fast_and_exact_agree_on_the_corpus_for_the_wrong_adapters(wrong):
+    # every case of every formula the wrong adapter implements (the others it does not have)
+    assert _check_adapter_on_corpus(wrong.adapter(), "float32") > 0
+
+
+def test_run_case_results_are_identical_in_both_modes():
+    adapter = runner.load_adapter("torch")
+    wrong = wrong_adapters.BY_NAME["masked-inf-times-zero"].adapter()
+    cases = [c for c in _corpus() if c["formula"] in ("agg.token_mean", "ratio.token", "logprob.token")]
+    for a in (adapter, wrong):
+        for case in cases:
+            if case["formula"] not in a.capabilities():
+                continue
+            old = compare.set_mode("exact")
+            try:
+                exact = runner.run_case(a, case, "bfloat16", "cpu").to_json()
+            finally:
+                compare.set_mode(old)
+            assert runner.run_case(a, case, "bfloat16", "cpu").to_json() == exact
+
+
+def _decimal(x, digits=40):
+    with mp.workdps(60):
+        return mp.nstr(x, digits)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+def test_elements_at_the_bound_fall_back_and_agree(dtype):
+    """Results placed within a few ulps of ref +- bound: the fast path must not decide those
+    whose margin it cannot resolve, and the decisions equal tolerance.compare's."""
+    rng = random.Random(12)
+    refs, scales, gots = [], [], []
+    family = "ratio"
+    with mp.workdps(60):
+        for _ in range(600):
+            r = mpf(rng.uniform(-4, 4)) * mpf(10) ** rng.randint(-30, 30) * (1 + mpf(rng.random()) * mpf(10) ** -25)
+            s = abs(r) * (1 + rng.randint(0, 3))
+            r_s, s_s = _decimal(r), _decimal(s, 6)
+            b = tolerance.bound(family, dtype, s_s)
+            edge = mpf(r_s) + rng.choice((-1, 1)) * b
+            g = float(edge)
+            for k in range(rng.randint(0, 3)):        # walk a few ulps across the bound
+                g = float(np.nextafter(g, rng.choice((-np.inf, np.inf))))
+            refs.append(r_s)
+            scales.append(s_s)
+            gots.append(g)
+        for _ in range(200):
+            # exactly at the bound: binary reference and scale, error = K u S exactly, so the
+            # margin is the floor (or one ulp past it): below the float64 slack of the fast path
+            r = rng.randint(1, 255) * 2.0 ** rng.randint(-40, 40) * rng.choice((-1, 1))
+            s = abs(r) * rng.randint(1, 4)
+            g = r + rng.choice((-1, 1)) * float(tolerance.K[family] * tolerance.UNIT_ROUNDOFF[dtype]) * s
+            g = float(np.nextafter(g, rng.choice((-np.inf, np.inf, g)))) if rng.random() < 0.3 else g
+            refs.append(repr(r))
+            scales.append(repr(s))
+            gots.append(g)
+    prep = compare.prepare(refs, scales)
+    compare.STATS.reset()
+    res = compare.compare_prepared(np.array(gots), prep, family, dtype)
+    exact = [tolerance.compare(g, r, s, family, dtype) for g, r, s in zip(gots, refs, scales)]
+    assert res.passed.tolist() == [c.passed for c in exact]
+    assert any(c.passed for c in exact) and not all(c.passed for c in exact)
+    assert compare.STATS.fallbacks > 0               # some margins are below the float64 slack
+    ratios = [c.ratio for c in exact]
+    assert res.worst.ratio == max(ratios) and res.worst_path == (ratios.index(max(ratios)),)
+    k = [c.passed for c in exact].index(False)
+    assert res.failure == exact[k] and res.failure_path == (k,)
+
+
+def test_special_values_and_mpf_references():
+    """NaN/inf results and references, booleans, ints, mpf references (properties) and a
+    reference beyond float64's exponent range: all as tolerance.compare decides."""
+    with mp.workdps(60):
+        big = mpf(10) ** 400
+        refs = ["nan", "inf", "-inf", "1.5", "1.5", "2.0", True, False, 3, mpf(1) / 3, big, -big, "0.0", "1e-400"]
+        gots = [np.nan, np.inf, np.inf, np.nan, np.inf, 2.0, 1.0, 1.0, 3.0, 1 / 3, np.inf, -np.inf, 0.0, 0.0]
+    scales = [None] * len(refs)
+    for dtype in ("float64", "float32"):
+        prep = compare.prepare(refs, scales)
+        res = compare.compare_prepared(np.array(gots, dtype=np.float64), prep, "kl", dtype)
+        exact = [tolerance.compare(g, r, s, "kl", dtype) for g, r, s in zip(gots, refs, scales)]
+        assert res.passed.tolist() == [c.passed for c in exact]
+        k = [c.passed for c in exact].index(False)
+        assert (res.failure, res.failure_path) == (exact[k], (k,))
+        assert res.worst == max(exact, key=lambda c: c.ratio)

@@ -1,0 +1,58 @@
+"""The caches that let repeated runs skip mpmath work return exactly what the evaluation returns:
+the property checks' reference results (exact mpf round trip) and golden verify's case records
+(keyed by the case and the code that generates it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from mpmath import mp, mpf
+
+from pgspec.conformance import golden
+from pgspec.conformance.cases import all_cases
+from pgspec.conformance.properties import _common as C
+
+
+def test_reference_results_round_trip_exactly(tmp_path, monkeypatch):
+    monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
+    with mp.workdps(60):
+        result = {"value": mpf(1) / 3, "grad": {"values": [[mpf(2) / 7, mpf(0), None], [mpf("-1e-400"), True, 3]]},
+                  "scale": {"value": mpf("inf"), "grad.values": [[mpf("nan"), mpf(-0.0), mpf(10) ** 300]]}}
+    key = C._key("agg.token_mean", {"values": [[1.0]], "mask": [[True]]}, {})
+    C._disk_put(key, result)
+    back = C._disk_get(key)
+    flat = lambda x: [v for _, v in C._flat(x)]  # noqa: E731
+    assert back["value"]._mpf_ == result["value"]._mpf_
+    a = flat(back["grad"]["values"]) + flat(back["scale"]["grad.values"])
+    b = flat(result["grad"]["values"]) + flat(result["scale"]["grad.values"])
+    assert [x._mpf_ if isinstance(x, mpf) else x for x in a] == [x._mpf_ if isinstance(x, mpf) else x for x in b]
+    assert C._disk_get(C._key("agg.token_mean", {"values": [[2.0]], "mask": [[True]]}, {})) is None
+    monkeypatch.setenv("PGSPEC_CACHE", "off")
+    assert C._disk_get(key) is None
+
+
+def test_record_keys_follow_the_case_and_the_code(tmp_path, monkeypatch):
+    monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
+    case = next(c for c in all_cases() if c.id == "ratio.token/two-tokens")
+    key = golden._record_key(case)
+    assert key == golden._record_key(case)
+    for change in ({"description": case.description + "."}, {"params": {**case.params, "log_ratio_clamp": 20.0}},
+                   {"category": "edge" if case.category != "edge" else "example"}):
+        assert golden._record_key(dataclasses.replace(case, **change)) != key
+    golden._code_digest.cache_clear()
+    monkeypatch.setattr(golden, "_code_digest", lambda: "another reference")
+    assert golden._record_key(case) != key
+
+
+def test_records_from_the_cache_are_the_generated_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
+    cases = [c for c in all_cases() if c.id.startswith("ratio.token/")][:3]
+    fresh = golden._generate_records(cases, cache=True, reuse=False)        # evaluated, stored
+    assert golden._STATS == {"cached": 0, "evaluated": len(cases)}
+    again = golden._generate_records(cases)                                 # all from the cache
+    assert golden._STATS == {"cached": len(cases), "evaluated": 0}
+    assert json.dumps(again, indent=1) == json.dumps(fresh, indent=1)
+    seen = []
+    golden._generate_records(cases, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (len(cases), len(cases))
