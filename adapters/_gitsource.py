@@ -233,3 +233,19 @@ class SourceAdapter(Adapter):
 
     def load(self):  # pragma: no cover - subclasses
         raise NotImplementedError
+
+    def call(self, formula_id, inputs, params):
+        """The implementation's outputs; in a float64 run, outputs a framework computed in float32
+        (its documented precision, declared as a convention) are handed back as float64 tensors of
+        the same values."""
+        import torch
+
+        out = super().call(formula_id, inputs, params)
+        run64 = any(torch.is_tensor(t) and t.dtype == torch.float64 for t in inputs.values())
+        if not run64 or not isinstance(out, dict):
+            return out
+
+        def up(t):
+            return t.to(torch.float64) if torch.is_tensor(t) and t.is_floating_point() and t.dtype != torch.float64 else t
+
+        return {k: ({n: up(g) for n, g in v.items()} if isinstance(v, dict) else up(v)) for k, v in out.items()}

@@ -497,14 +497,17 @@ def _loss(fid):
                 expressible = "sequence" if fid == "loss.gspo" else "token"
                 if level != expressible:
                     _unsupported(fid, f"is_level {level!r}: NeMo-RL's IS weight here is at the {expressible} level")
-            hi = _param(params, fid, "is_c_max")
-            if hi is None:
-                _unsupported(fid, "is_c_max null")
-            cfg.update(use_importance_sampling_correction=True,
-                       truncated_importance_sampling_type="tis" if _param(params, fid, "is_mode") == "truncate" else "icepop",
-                       truncated_importance_sampling_ratio=hi,
-                       # icepop needs a lower bound; the weights are positive, so 0 is none
-                       truncated_importance_sampling_ratio_min=_param(params, fid, "is_c_min") or 0.0)
+            hi, lo = _param(params, fid, "is_c_max"), _param(params, fid, "is_c_min")
+            if hi is None and lo is None:
+                cfg.update(use_importance_sampling_correction=True)  # the untruncated weight
+            elif hi is None:
+                _unsupported(fid, "is_c_max null with a lower bound: truncation needs truncated_importance_sampling_ratio")
+            else:
+                cfg.update(use_importance_sampling_correction=True,
+                           truncated_importance_sampling_type="tis" if _param(params, fid, "is_mode") == "truncate" else "icepop",
+                           truncated_importance_sampling_ratio=hi,
+                           # icepop needs a lower bound; the weights are positive, so 0 is none
+                           truncated_importance_sampling_ratio_min=lo or 0.0)
             gen = _compute(inputs["sampler_logprobs"])
         fn = _loss_fn(**cfg)
         B = m.shape[0]

@@ -359,8 +359,9 @@ def dist_cp_reduce(inputs, params):
     kw, skw = {}, {}
     if layout == "bshd":
         # PR #2060's qkv_format="bshd": chunks of the micro-batch's padded length T
-        kw = dict(qkv_format="bshd", max_seq_lens=[T] * B)
-        skw = dict(qkv_format="bshd", max_token_len=T)
+        S = int(params.get("max_seq_len") or T)  # the micro-batch's padded length (spec: S)
+        kw = dict(qkv_format="bshd", max_seq_lens=[S] * B)
+        skw = dict(qkv_format="bshd", max_token_len=S)
     if _param(params, fid, "aggregator") == "agg.constant":
         if agg_params.get("divide_by", "K*N") != "K*N":
             _unsupported(fid, "agg.constant divide_by 'K'")
