@@ -22,7 +22,7 @@ PY="$VENV/bin/python"
     orjson einops aiofiles openai
 # pgspec itself (editable) and its own dependencies
 "$PY" -m pip install "${PIP_ARGS[@]}" --no-deps -e "$ROOT"
-"$PY" -m pip install "${PIP_ARGS[@]}" mpmath jsonschema rich pytest "hypothesis>=6.100"
+"$PY" -m pip install "${PIP_ARGS[@]}" numpy mpmath jsonschema rich pytest "hypothesis>=6.100"
 
 "$PY" - <<'PY'
 import torch, importlib.metadata as md

@@ -18,7 +18,7 @@ else
 fi
 # The chunked path needs only torch: --no-deps keeps triton (about 1 GB) out.
 "$PIP" install -q -c "$PIP_CONSTRAINT" --no-deps liger-kernel==0.8.5
-"$PIP" install -q -c "$PIP_CONSTRAINT" mpmath jsonschema rich pytest "hypothesis>=6.100"
+"$PIP" install -q -c "$PIP_CONSTRAINT" numpy mpmath jsonschema rich pytest "hypothesis>=6.100"
 "$PIP" install -q --no-deps -e "$REPO"
 if [ "${2:-}" = "--triton" ]; then
   "$PIP" install -q -c "$PIP_CONSTRAINT" triton==3.9.0 numpy packaging

@@ -18,7 +18,7 @@ pip=("$venv/bin/python" -m pip install -c "$PIP_CONSTRAINT")
 "${pip[@]}" torch==2.13.0
 "${pip[@]}" --no-deps --ignore-requires-python skyrl-train==0.3.1
 "${pip[@]}" ray==2.51.1 loguru omegaconf numpy jaxtyping
-"${pip[@]}" "mpmath>=1.3,<2" "jsonschema>=4.18" "rich>=13" pytest "hypothesis>=6.100"
+"${pip[@]}" numpy "mpmath>=1.3,<2" "jsonschema>=4.18" "rich>=13" pytest "hypothesis>=6.100"
 "${pip[@]}" --no-deps -e "$root"
 "$venv/bin/python" - <<'PY'
 import torch

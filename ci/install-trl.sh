@@ -12,5 +12,5 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q -c "$ROOT/constraints.txt" torch==2.13.0
 "$VENV/bin/pip" install -q -c "$ROOT/constraints.txt" trl==1.16.0
 "$VENV/bin/pip" install -q --no-deps -e "$ROOT"
-"$VENV/bin/pip" install -q -c "$ROOT/constraints.txt" mpmath jsonschema rich pytest "hypothesis>=6.100"
+"$VENV/bin/pip" install -q -c "$ROOT/constraints.txt" numpy mpmath jsonschema rich pytest "hypothesis>=6.100"
 "$VENV/bin/python" -c "import trl, pgspec.adapters.trl as a; print('trl', trl.__version__); print(a.make_adapter().available())"

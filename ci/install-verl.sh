@@ -19,7 +19,7 @@ PY="$VENV/bin/python"
     "transformers>=5.5.3,<5.11,!=5.6.0" codetiming orjson
 # pgspec itself (editable) and its own dependencies
 "$PY" -m pip install "${PIP_ARGS[@]}" --no-deps -e "$ROOT"
-"$PY" -m pip install "${PIP_ARGS[@]}" mpmath jsonschema rich pytest "hypothesis>=6.100"
+"$PY" -m pip install "${PIP_ARGS[@]}" numpy mpmath jsonschema rich pytest "hypothesis>=6.100"
 # verl's actor loss (verl/workers/utils/losses.py, the loss.* recipes) imports verl.utils.dataset
 "$PY" -m pip install "${PIP_ARGS[@]}" datasets pillow
 

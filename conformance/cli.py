@@ -424,14 +424,16 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("adapters", help="list adapters with availability, version and install commands",
                        formatter_class=fmt)
     a.set_defaults(func=_adapters)
-    c = sub.add_parser("check", help="check a formula at production size against the float64 oracle")
-    c.add_argument("--formula", required=True, help="formula or recipe ID (see `pgspec check --list`)")
-    c.add_argument("--adapter", default="torch", help="built-in adapter name or module:object (default torch)")
-    c.add_argument("--shape", default="64x32768", help="BxT (default 64x32768)")
+    c = sub.add_parser("check", help="check a formula at production size against the float64 oracle",
+                       formatter_class=fmt)
+    c.add_argument("--formula", required=True,
+                   help="formula or recipe ID (see `pgspec check --list`); required, no default")
+    c.add_argument("--adapter", default="torch", help="built-in adapter name or module:object")
+    c.add_argument("--shape", default="64x32768", help="BxT")
     c.add_argument("--vocab", type=int, default=None, help="vocabulary size V for log-prob formulas")
-    c.add_argument("--dtype", default="float32", help="the adapter's dtype (default float32)")
-    c.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--dtype", default="float32", help="the adapter's dtype")
+    c.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device of the adapter's tensors")
+    c.add_argument("--seed", type=int, default=0, help="seed of the input generator")
     c.add_argument("--chunk", type=int, default=8, help="sequences per chunk of the oracle's scale pass")
     c.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a formula parameter (JSON value)")
     c.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")

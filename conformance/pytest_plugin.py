@@ -207,7 +207,9 @@ def pytest_collection_modifyitems(session, config, items):
     declarations = runner.declarations_of(adapter)
     kept, unimplemented, no_dtype, outside, unselected = [], [], [], [], []
     for item in collected:
-        if selectors and not _selected_by_args(item.nodeid, selectors):
+        if not isinstance(item, PgspecItem):   # a corrupted golden family's one failing test
+            kept.append(item)
+        elif selectors and not _selected_by_args(item.nodeid, selectors):
             unselected.append(item)
         elif item.case["formula"] not in implemented:
             unimplemented.append(item)

@@ -14,7 +14,7 @@ from pgspec.conformance.cases import agg as agg_cases
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_torch_backend_passes_every_agg_case(dtype):
     adapter = runner.load_adapter("torch")
-    cases = runner.select_cases("agg.*")
+    cases = [c for c in runner.select_cases("agg.*") if c["category"] != "error"]   # expected errors: test_verdicts.py
     results = [runner.run_case(adapter, c, dtype, "cpu") for c in cases]
     bad = [(r.case_id, r.outcome, r.message[:300]) for r in results if r.outcome != "pass"]
     assert not bad, f"{len(bad)} of {len(results)} agg cases do not pass in {dtype}: {bad[:5]}"

@@ -92,7 +92,7 @@ def test_dropping_by_multiplying_with_the_mask_is_caught():
     def times_mask(fid, inputs, params, pg, aggregate, **kw):
         opts = tl._options(fid, params)
         keep = tl.opsm_keep(opts, inputs)
-        term = pg * keep.unsqueeze(-1).to(pg.dtype) if keep is not None else pg
+        term = pg * keep.to(pg.dtype) if keep is not None else pg
         return {"loss": aggregate(term, inputs["mask"]), "terms": term}
 
     adapter = adapter_with(loss__grpo=_with_compose("loss.grpo", times_mask))
@@ -152,7 +152,7 @@ def test_masking_the_kl_with_the_policy_term_is_caught():
     def kl_masked(fid, inputs, params, pg, aggregate, **kw):
         terms = real_compose(fid, inputs, params, pg, aggregate, **kw)["terms"]
         keep = tl.opsm_keep(tl._options(fid, params), inputs)
-        terms = torch.where(keep.unsqueeze(-1), terms, torch.zeros_like(terms))
+        terms = torch.where(keep, terms, torch.zeros_like(terms))
         return {"loss": aggregate(terms, inputs["mask"]), "terms": terms}
 
     adapter = adapter_with(loss__grpo=_with_compose("loss.grpo", kl_masked))

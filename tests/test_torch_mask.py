@@ -13,7 +13,7 @@ from pgspec.conformance import runner
 @pytest.fixture(scope="module")
 def cases():
     """The family's golden cases, loaded (checksum and schema checked) once for the module."""
-    return runner.select_cases("mask.*")
+    return [c for c in runner.select_cases("mask.*") if c["category"] != "error"]   # expected errors: test_verdicts.py
 
 
 def run(adapter, cases, dtype, *ids):
@@ -32,9 +32,10 @@ def test_torch_backend_passes_every_mask_case(cases, dtype):
     assert {r.formula for r in results} == {"mask.geometric_sequence", "mask.opsm", "mask.entropy_quantile"}
 
 
-def test_bfloat16_differs_only_on_the_named_near_bound_case(cases):
+def test_bfloat16_differs_only_on_the_named_near_bound_cases(cases):
     results = run(runner.load_adapter("torch"), cases, "bfloat16")
-    assert {r.case_id for r in results if r.outcome != "pass"} == {"mask.geometric_sequence/near-bound-bf16"}
+    assert {r.case_id for r in results if r.outcome != "pass"} == {
+        "mask.geometric_sequence/near-bound-bf16", "mask.entropy_quantile/tie-window-outside-edge"}
 
 
 def _torch_quantile(inputs, params):
