@@ -123,6 +123,9 @@ def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
         if problem:
             raise RunError(f"--report {spec!r}: {problem}")
         reports.append((kind, path))
+    python = _checkout_adapter(args)
+    if python:
+        args.python = python
     if args.python:
         from .isolated import IsolatedAdapter
 
@@ -287,6 +290,51 @@ def _report_path_problem(path: str) -> str | None:
 MIN_FREE_BYTES = 1 << 20
 
 
+def _checkout_adapter(args):
+    """``--source PATH``: the checkout of a framework loaded from git (nemo_rl, slime, fast_llm,
+    megatron), handed to the adapter through its environment variable (PGSPEC_<NAME>_SOURCE).
+    Such adapters always run in a worker process (the isolated mode), so their stand-in modules
+    never reach another adapter: the interpreter is --python, else the adapter's own
+    PGSPEC_<NAME>_PYTHON, else this one.  Returns the interpreter, or None for other adapters."""
+    import os
+
+    from . import runner
+
+    if args.source is not None:
+        if not os.path.isdir(args.source):
+            raise runner.RunError(f"--source: {args.source} is not a directory")
+    adapter = runner.load_adapter(args.adapter) if args.adapter in runner.BUILTIN_ADAPTERS else None
+    if adapter is None or not getattr(adapter, "requires_isolation", False):
+        if args.source is not None:
+            raise runner.RunError(f"--source is for the adapters loaded from a checkout, not {args.adapter!r}")
+        return None
+    name = args.adapter.upper()
+    if args.source is not None:
+        os.environ[f"PGSPEC_{name}_SOURCE"] = os.path.abspath(args.source)
+    return args.python or os.environ.get(f"PGSPEC_{name}_PYTHON") or sys.executable
+
+
+def _checkout_adapter(args):
+    """``--source PATH``: the checkout of a framework loaded from git (nemo_rl, slime, fast_llm,
+    megatron), handed to the adapter through its environment variable (PGSPEC_<NAME>_SOURCE).
+    Such adapters always run in a worker process (the isolated mode), so their stand-in modules
+    never reach another adapter: the interpreter is --python, else the adapter's own
+    PGSPEC_<NAME>_PYTHON, else this one.  Returns the interpreter, or None for other adapters."""
+    from . import runner
+
+    if args.source is not None and not os.path.isdir(args.source):
+        raise runner.RunError(f"--source: {args.source} is not a directory")
+    adapter = runner.load_adapter(args.adapter) if args.adapter in runner.BUILTIN_ADAPTERS else None
+    if adapter is None or not getattr(adapter, "requires_isolation", False):
+        if args.source is not None:
+            raise runner.RunError(f"--source is for the adapters loaded from a checkout, not {args.adapter!r}")
+        return None
+    name = args.adapter.upper()
+    if args.source is not None:
+        os.environ[f"PGSPEC_{name}_SOURCE"] = os.path.abspath(args.source)
+    return args.python or os.environ.get(f"PGSPEC_{name}_PYTHON") or sys.executable
+
+
 def _adapters(args) -> int:
     from rich import box
     from rich.console import Console
@@ -366,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run the property checks of spec/properties.md")
     r.add_argument("--python", metavar="PATH", default=None,
                    help="run the adapter in this other interpreter (its own venv) over a JSON-lines protocol")
+    r.add_argument("--source", metavar="PATH", default=None,
+                   help="the framework checkout for nemo_rl, slime, fast_llm, megatron (else PGSPEC_<NAME>_SOURCE)")
     r.add_argument("--case-timeout", type=_seconds, default=300.0, metavar="SECONDS",
                    help="with --python: a case that takes longer becomes an error outcome")
     r.add_argument("--startup-timeout", type=_seconds, default=300.0, metavar="SECONDS",

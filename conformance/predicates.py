@@ -265,3 +265,16 @@ def zero_std_group(case: dict) -> bool:
     for x, v in zip(g, r):
         by.setdefault(str(x), []).append(_real(v))
     return any(len(set(vs)) == 1 for vs in by.values())
+
+
+def zero_logprob(case: dict) -> bool:
+    """Some unmasked ``logprobs`` entry is 0 or positive (probability 1): a framework fed through
+    logits cannot carry the gradient of such a log-prob back through a two-class softmax."""
+    x, m = inputs_of(case).get("logprobs"), _mask(case)
+    if not isinstance(x, list) or m is None:
+        return False
+    for row, mrow in zip(x, m):
+        for v, keep in zip(row, mrow):
+            if keep and float(v) >= 0:
+                return True
+    return False

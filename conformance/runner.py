@@ -34,6 +34,10 @@ BUILTIN_ADAPTERS = {
     "openrlhf": "pgspec.adapters.openrlhf:make_adapter",
     "skyrl": "pgspec.adapters.skyrl:make_adapter",
     "areal": "pgspec.adapters.areal:make_adapter",
+    "nemo_rl": "pgspec.adapters.nemo_rl:make_adapter",
+    "slime": "pgspec.adapters.slime:make_adapter",
+    "megatron": "pgspec.adapters.megatron:make_adapter",
+    "fast_llm": "pgspec.adapters.fast_llm:make_adapter",
 }
 
 

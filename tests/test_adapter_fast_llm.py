@@ -1,0 +1,98 @@
+"""The Fast-LLM adapter, loaded from a checkout (PGSPEC_FAST_LLM_SOURCE) in a Python >= 3.12 worker
+(PGSPEC_FAST_LLM_PYTHON); skips cleanly without them (adapters/fast_llm/README.md)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pgspec.conformance import runner
+
+SOURCE = os.environ.get("PGSPEC_FAST_LLM_SOURCE")
+PYTHON = os.environ.get("PGSPEC_FAST_LLM_PYTHON")
+
+
+def test_unavailable_without_a_checkout_names_the_clone_command(monkeypatch):
+    monkeypatch.delenv("PGSPEC_FAST_LLM_SOURCE", raising=False)
+    ok, why = runner.load_adapter("fast_llm").available()
+    assert not ok
+    assert "git clone https://github.com/ServiceNow/Fast-LLM" in why
+    assert "7d61a1ba2047814955f8acc1cde7bc10a68fa198" in why
+
+
+needs_source = pytest.mark.skipif(not (SOURCE and PYTHON),
+                                  reason="no Fast-LLM checkout and Python 3.12 worker: set PGSPEC_FAST_LLM_SOURCE and "
+                                         "PGSPEC_FAST_LLM_PYTHON (adapters/fast_llm/README.md)")
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    from pgspec.conformance.isolated import IsolatedAdapter
+
+    a = IsolatedAdapter(PYTHON, "fast_llm")
+    ok, why = a.available()
+    if not ok:
+        pytest.skip(why)
+    yield a
+    a.close()
+
+
+@needs_source
+@pytest.mark.parametrize("case_id", ["loss.bnpo/worked-example", "loss.dapo/worked-example-token-mean", "loss.bnpo/random-1"])
+def test_grpo_value_and_hand_written_gradient_pass_in_float32(adapter, case_id):
+    r = adapter.run_case(runner.load_case(case_id), "float32", "cpu")
+    assert r.outcome == "pass", r.message
+    assert r.compared > 1  # the loss and Fast-LLM's gradient
+
+
+@needs_source
+def test_gspo_is_length_proportional(adapter):
+    r = adapter.run_case(runner.load_case("loss.gspo/worked-example"), "float32", "cpu")
+    assert r.outcome == "convention", r.message
+
+
+def test_recorded_reports_name_the_current_corpus():
+    from pathlib import Path
+
+    from pgspec.conformance import matrix
+
+    docs = Path(__file__).resolve().parent.parent / "docs" / "conformance"
+    for name in ("fast_llm.md", "fast_llm-pr502.md"):
+        committed = matrix.committed_digest(docs / name)
+        assert committed is not None, f"docs/conformance/{name} is missing or names no corpus digest"
+        assert committed == matrix.corpus_digest(), (
+            f"docs/conformance/{name} was recorded against another golden corpus: rerun the recorded run "
+            "(adapters/fast_llm/README.md) and commit the report")
+
+
+@needs_source
+def test_sdp_gspo_over_gloo_adds_up_to_one_rank():
+    """Sequence-data-parallel GSPO: 2 ranks in a gloo group (adapters/fast_llm/sdp_gloo.py)."""
+    import subprocess
+
+    from pgspec.conformance.isolated import _pgspec_path_dir
+
+    code = r'''
+import sys, torch
+from pgspec.adapters.fast_llm import sdp_gloo
+if __name__ == "__main__":
+    g = torch.Generator().manual_seed(1)
+    T = 11
+    docs = [[0, 0, 0, 0, 1, 1, 1, 1, 1, 2, 2]]
+    mask = [[True, True, False, True, True, True, True, False, True, True, True]]
+    lp = -torch.rand(1, T, generator=g, dtype=torch.float64) * 2 - 0.01
+    old = lp + 0.2 * torch.randn(1, T, generator=g, dtype=torch.float64)
+    adv = [[1.0] * 4 + [-0.5] * 5 + [2.0] * 2]
+    data = dict(lp=lp.tolist(), old=old.tolist(), adv=adv, docs=docs, mask=mask, eps=(0.2, 0.28))
+    ranks, (l1, g1) = sdp_gloo.run(sys.argv[1], data, sdp_size=2)
+    assert len(ranks) == 2 and all(abs(v[0]) > 1e-6 for v in ranks.values()), ranks
+    total = sum(v[0] for v in ranks.values())
+    grad = [x for r in sorted(ranks) for x in ranks[r][1][0]]
+    gd = max(abs(a[0] - b[0]) + abs(a[1] - b[1]) for a, b in zip(grad, g1[0]))
+    assert abs(total - l1) <= 1e-12 * max(1.0, abs(l1)) and gd <= 1e-12, (ranks, l1, gd)
+    print("ok")
+'''
+    env = dict(os.environ, PYTHONPATH=_pgspec_path_dir())
+    out = subprocess.run([PYTHON, "-c", code, SOURCE], capture_output=True, text=True, timeout=900, env=env)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
