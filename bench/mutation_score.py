@@ -289,10 +289,15 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant (default 240)")
     ap.add_argument("--memory-gb", type=float, default=4.0, help="address-space limit per mutant (default 4)")
     ap.add_argument("--list", action="store_true", help="list the sampled mutants and exit")
+    ap.add_argument("--only", action="append", default=[], metavar="KEY",
+                    help="run only the mutants whose key contains KEY (repeatable), from all sites, e.g. to recheck survivors")
     ap.add_argument("--json", type=Path, default=None, help="also write every mutant's outcome as JSON")
     args = ap.parse_args(argv)
-    chosen = sample(args.mutants, args.seed)
     total_sites = sum(len(v) for v in all_mutants().values())
+    if args.only:
+        chosen = [m for ms in all_mutants().values() for m in ms if any(k in m.key for k in args.only)]
+    else:
+        chosen = sample(args.mutants, args.seed)
     print(f"{len(chosen)} mutants sampled (seed {args.seed}) from {total_sites} sites in {len(FAMILIES)} files")
     if args.list:
         for m in chosen:
