@@ -162,7 +162,7 @@ def test_float16_ignores_masked_positions_and_keeps_exact_cases():
     (":make_adapter", "adapter ':make_adapter': expected module:object with both parts"),
     ("", "--adapter must be a built-in adapter name or module:object, got ''"),
     ("   ", "--adapter must be a built-in adapter name or module:object, got '   '"),
-    ("tensorflow", "unknown adapter 'tensorflow'; built-in adapters: areal, liger, openrlhf"),
+    ("tensorflow", "unknown adapter 'tensorflow'; built-in adapters: areal, fast_llm, liger, megatron"),
     ("no_such_module_xyz:make", "adapter 'no_such_module_xyz:make': cannot import 'no_such_module_xyz': No module named"),
     ("bad_input_adapters:nothing_here", "adapter 'bad_input_adapters:nothing_here': module 'bad_input_adapters' has no attribute 'nothing_here'"),
     ("bad_input_adapters:raising_factory", "adapter 'bad_input_adapters:raising_factory': the factory raising_factory() raised "

@@ -236,6 +236,15 @@ def _window_edges():
         Case(f"{fid}/tie-window-inside-edge", fid, "edge",
              f"rho = {inside!r} = 0.25 - 1.5 * 2^-45: h = 3 + 1.5 * 2^-43, within the tie window 2^-44 * 4 = 2^-42: "
              "h is taken as 3, q = x_3 = 2 and the token with H = 2 is kept", five, {"top_entropy_quantile": inside}),
+        Case(f"{fid}/tie-window-on-edge", fid, "edge",
+             f"rho = {0.25 - 2.0 ** -44!r} = 0.25 - 2^-44: h = 3 + 2^-42, exactly on the edge of the tie window "
+             "2^-44 * 4 (the window is closed): h is taken as 3, q = x_3 = 2 and the token with H = 2 is kept", five,
+             {"top_entropy_quantile": 0.25 - 2.0 ** -44}),
+        Case(f"{fid}/tie-window-two-tokens", fid, "edge",
+             "n = 2 unmasked tokens (0 and 2^20), rho = 1.5 * 2^-44: h = 1 - 1.5 * 2^-44 is outside the window 2^-44 "
+             "(n - 1 = 1 is not raised), so q = 2^20 (1 - 1.5 * 2^-44) = 2^20 - 1.5 * 2^-24, just below the larger "
+             "entropy (kept either way; the threshold output tells)",
+             {"entropy": [[0.0, 1048576.0]], "mask": [[True, True]]}, {"top_entropy_quantile": 1.5 * 2.0 ** -44}),
         Case(f"{fid}/tie-window-outside-edge", fid, "edge",
              f"rho = {outside!r} = 0.25 - 3 * 2^-45: h = 3 + 1.5 * 2^-42, outside the tie window 2^-42: q = 2 + "
              "1.5 * 2^-42 (2^20 - 2) = 2 + 3.6e-7 is just above 2, so the token with H = 2 is dropped", five,
