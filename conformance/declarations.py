@@ -298,18 +298,34 @@ def _formula_globs_of(ids):
     return [g.split("/")[0] for g in ids]
 
 
-def parse(data: dict, path: str) -> Declarations:
+def _header_lines(text: str | None) -> dict:
+    """{(table, k): line number of the k-th [[table]] header} (1-based), when the file text is known."""
+    import re
+
+    lines: dict = {}
+    counts: dict = {}
+    for n, line in enumerate((text or "").splitlines(), 1):
+        m = re.match(r"\s*\[\[\s*([A-Za-z_]+)\s*\]\]", line)
+        if m:
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+            lines[(m.group(1), counts[m.group(1)])] = n
+    return lines
+
+
+def parse(data: dict, path: str, text: str | None = None) -> Declarations:
     unknown_tables = set(data) - set(TABLES) - {"tested", "about"}
     if unknown_tables:
         raise DeclarationError(f"{path}: unknown table(s) {', '.join(sorted(unknown_tables))}; expected "
                                "[[unsupported]], [[capability]] and [[rule]] (spec/verdicts.md)")
     out = Declarations(path)
+    header = _header_lines(text)
     for table in TABLES:
         entries = data.get(table, [])
         if not isinstance(entries, list):
             raise DeclarationError(f"{path}: {table} must be an array of tables ([[{table}]])")
         for k, entry in enumerate(entries, 1):
-            where = f"{path}: [[{table}]] #{k}"
+            line = header.get((table, k))
+            where = f"{path}{f', line {line}' if line else ''}: [[{table}]] #{k}"
             unknown = set(entry) - _KEYS[table]
             if unknown:
                 raise DeclarationError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: "
@@ -358,11 +374,12 @@ def load(path) -> Declarations:
     shown = _display_path(path)
     if not path.exists():
         return Declarations(shown)
+    text = path.read_text()
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise DeclarationError(f"{shown}: not valid TOML: {e}") from None
-    return parse(data, shown)
+    return parse(data, shown, text)
 
 
 def _display_path(path: Path) -> str:

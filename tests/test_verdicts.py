@@ -211,6 +211,14 @@ def test_a_malformed_file_names_the_declaration_and_the_key(text, message):
     assert message in str(e.value) and "test.toml" in str(e.value)
 
 
+def test_a_malformed_declaration_is_named_by_its_line(tmp_path):
+    path = tmp_path / "deviations.toml"
+    path.write_text(f'[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\nlink = "{LINK}"\n\n'
+                    '[[rule]]\nids = ["kl.k3"]\nkind = "oops"\nreason = "r"\nlink = "l"\n')
+    with pytest.raises(DeclarationError, match=r"deviations.toml, line 7: \[\[rule\]\] #2: kind must be one of"):
+        load(path)
+
+
 def test_too_many_declarations_is_an_error():
     one = '[[unsupported]]\nformulas = ["kl.k3"]\nreason = "r"\nlink = "l"\n'
     with pytest.raises(DeclarationError, match=f"at most {MAX_DECLARATIONS}"):
