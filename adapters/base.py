@@ -28,6 +28,26 @@ def load_deviations(path: Path):
     return load(path)
 
 
+def spec_param(params: dict, fid: str, name: str):
+    """Parameter ``name`` of formula ``fid`` as a framework's config holds it: the case's value or the
+    registry default; null and booleans as they are, numbers (and decimal strings) as Python floats,
+    other strings (choices) as they are."""
+    from pgspec.reference import REGISTRY
+
+    if name in params:
+        value = params[name]
+    else:
+        value = next(p.default for p in REGISTRY[fid].params if p.name == name)
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return float(value)
+
+
 def _no_declarations():
     from pgspec.conformance.declarations import Declarations
 

@@ -35,7 +35,7 @@ import importlib.util
 import math
 from pathlib import Path
 
-from ..base import Adapter, load_deviations
+from ..base import Adapter, load_deviations, spec_param
 from pgspec.conformance.properties import Unsupported as _PropertyUnsupported
 
 FRAMEWORK = "AReaL"
@@ -110,21 +110,7 @@ def _unsupported(fid, why):
     raise AReaLUnsupported(f"areal: {fid}: {why} (AReaL 1.0.4 has no such option)")
 
 
-def _param(params, fid, name):
-    from pgspec.reference import REGISTRY
-
-    if name in params:
-        value = params[name]
-    else:
-        value = next(p.default for p in REGISTRY[fid].params if p.name == name)
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return float(value)
+_param = spec_param   # a spec parameter's value, defaulted, as the framework's config holds it
 
 
 _NULL_ONLY_WHY = {

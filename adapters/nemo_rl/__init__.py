@@ -32,7 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._gitsource import Revision, SourceAdapter, check_source, source_env
-from ..base import load_deviations
+from ..base import load_deviations, spec_param
 from . import loader
 
 FRAMEWORK = "NeMo-RL"
@@ -85,21 +85,7 @@ def _modules():
     return loader.load(src)
 
 
-def _param(params, fid, name):
-    from pgspec.reference import REGISTRY
-
-    if name in params:
-        value = params[name]
-    else:
-        value = next(p.default for p in REGISTRY[fid].params if p.name == name)
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return float(value)
+_param = spec_param   # a spec parameter's value, defaulted, as the framework's config holds it
 
 
 def _compute(x):
