@@ -44,6 +44,10 @@ for name in "${adapters[@]}"; do
   else
     "$venv/bin/pgspec" run --adapter "$name" "${reports[@]}" || status=1
   fi
+  if [ "$name" = trl ]; then
+    # TRL's fused LM head (its chunked log-prob kernel) against the float64 oracle, at a CPU's size
+    "$venv/bin/pgspec" check --adapter trl --formula logprob.token --vocab 2000 --shape 2x64 || status=1
+  fi
 done
 python -m pgspec.conformance.matrix "$json_dir"/*.json --out "$out/matrix.md" || status=1
 exit $status

@@ -34,7 +34,8 @@ from . import compare, tolerance
 from .generator import generate_arrays
 
 U64 = 2.0 ** -53
-ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "loss.grpo", "loss.bnpo")
+ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "loss.grpo", "loss.bnpo", "logprob.token")
+VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
 
 
 class CheckError(Exception):
@@ -64,6 +65,9 @@ class CheckResult:
     adapter_seconds: float = 0.0
     oracle_seconds: float = 0.0
     message: str = ""
+    vocab: int | None = None
+    hidden: int | None = None
+    path: str = ""                    # how the adapter was called (log-prob checks: "head" or "logits")
 
     def to_json(self):
         d = asdict(self)
@@ -333,11 +337,22 @@ def _unravel(k, t):
 
 
 def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", device: str = "cpu", seed: int = 0,
-              params: dict | None = None, chunk: int = 8) -> CheckResult:
+              params: dict | None = None, chunk: int = 8, vocab: int | None = None,
+              hidden: int | None = None) -> CheckResult:
     import torch
 
     if formula not in REGISTRY:
         raise CheckError(f"unknown formula {formula!r}")
+    ok, why = adapter.available()
+    if not ok:
+        raise CheckError(f"adapter {adapter.name!r} is not available here: {why}")
+    if formula in VOCAB_FORMULAS:
+        if vocab is None:
+            raise CheckError(f"{formula} needs --vocab V (the vocabulary size of the linear head)")
+        return run_logprob_check(adapter, B, T, vocab, hidden, dtype, device, seed, dict(params or {}))
+    if vocab is not None or hidden is not None:
+        raise CheckError(f"--vocab and --hidden apply to log-prob formulas only ({', '.join(VOCAB_FORMULAS)}), "
+                         f"not to {formula}")
     oracle_params(formula, dict(params or {}))
     if device == "cuda" and not torch.cuda.is_available():
         raise CheckError("--device cuda: no CUDA device is available")
@@ -371,6 +386,120 @@ def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", dev
             res.outcome, res.message = "error", f"the adapter returned no gradient for {name!r}"
             return res
         res.outputs.append(_judge(f"grad.{name}", grads[name], g, scales[f"grad.{name}"], mask, f.family, dtype))
+    if any(o.failures for o in res.outputs):
+        res.outcome = "fail"
+        o = next(o for o in res.outputs if o.failures)
+        res.message = f"{o.output}: {o.failures} of {o.compared} elements out of bound; first {o.first_failure}"
+    return res
+
+
+# ------------------------------------------------------------------------------------------------
+# Log-probs at production vocabulary size (check_logprob.py)
+# ------------------------------------------------------------------------------------------------
+class _Judge:
+    """An OutputCheck accumulated chunk by chunk (tensors on any device)."""
+
+    def __init__(self, name, family, dtype, shape):
+        self.out = OutputCheck(name, 0, 0, 0.0)
+        self.K = tolerance.K[family]
+        self.u = float(tolerance.UNIT_ROUNDOFF[dtype])
+        self.floor = float(tolerance.FLOOR[dtype])
+        self.shape = shape
+
+    def add(self, offset, got, ref, scale, sel):
+        import torch
+
+        g = got.double().reshape(ref.shape)
+        bound = self.K * self.u * scale + self.floor + self.K * U64 * scale
+        err = (g - ref).abs()
+        err = torch.where(torch.isfinite(g), err, torch.full_like(err, math.inf))
+        sel = sel.reshape(ref.shape[:1] + (1,) * (ref.dim() - 1)).expand_as(ref)
+        ratio = torch.where(sel, err / bound, torch.zeros_like(err))
+        bad = sel & ~(err <= bound)
+        self.out.compared += int(sel.sum())
+        nbad = int(bad.sum())
+        flat = ratio.reshape(-1)
+        if flat.numel():
+            k = int(torch.argmax(flat))
+            if float(flat[k]) > self.out.worst_ratio or self.out.worst_index is None:
+                self.out.worst_ratio = float(flat[k])
+                self.out.worst_index = self._index(offset, k, ref.shape)
+        if nbad and self.out.first_failure is None:
+            k = int(torch.nonzero(bad.reshape(-1))[0])
+            self.out.first_failure = {"index": self._index(offset, k, ref.shape), "got": float(g.reshape(-1)[k]),
+                                      "oracle": float(ref.reshape(-1)[k]), "error": float(err.reshape(-1)[k]),
+                                      "bound": float(bound.reshape(-1)[k])}
+        self.out.failures += nbad
+
+    def _index(self, offset, k, chunk_shape):
+        inner = int(np.prod(chunk_shape[1:])) if len(chunk_shape) > 1 else 1
+        pos, rest = offset + k // inner, k % inner
+        idx = [pos // self.shape[1], pos % self.shape[1]]
+        return idx + ([rest] if len(chunk_shape) > 1 else [])
+
+
+def run_logprob_check(adapter, B, T, V, H, dtype, device, seed, params) -> CheckResult:
+    """``logprob.token`` at [B, T] positions over a vocabulary of V through a linear head of width H."""
+    import torch
+
+    from . import check_logprob as lp
+
+    p = lp.check_params(params)
+    H = lp.DEFAULT_HIDDEN if H is None else H
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CheckError("--device cuda: no CUDA device is available")
+    try:
+        arrays = lp.seeded_head(B, T, V, H, seed)
+    except ValueError as e:
+        raise CheckError(str(e)) from None
+    res = CheckResult(adapter.name, lp.FORMULA, dtype, device, [B, T], seed, "pass", vocab=V, hidden=H)
+    head = getattr(adapter, "heads", {}).get(lp.FORMULA)
+    if dtype not in adapter.dtypes or (head is None and lp.FORMULA not in adapter.capabilities()):
+        res.outcome, res.message = "unsupported", f"{adapter.name} does not implement {lp.FORMULA} in {dtype}"
+        return res
+    tdtype = getattr(torch, compare.TORCH_DTYPES[dtype])
+    X = torch.as_tensor(arrays["hidden"], device=device).to(tdtype)
+    W = torch.as_tensor(arrays["weight"], device=device).to(tdtype)
+    y = torch.as_tensor(arrays["targets"], device=device)
+    m = torch.as_tensor(arrays["mask"], device=device)
+    try:
+        t = time.perf_counter()
+        if head is not None:
+            res.path = "head"
+            out = head(X, W, y, m, dict(p))
+            got_lp, got_gx = out["logprobs"], out["grad"]["hidden"]
+        else:
+            res.path = "logits"
+            Xg = X.detach().requires_grad_(True)
+            with torch.enable_grad():
+                logits = Xg @ W.T
+                o = adapter.call(lp.FORMULA, {"logits": logits, "targets": y, "mask": m}, dict(p))
+                got_lp = o["logprobs"]
+                (got_gx,) = torch.autograd.grad(compare.objective(got_lp, m), [Xg])
+            del logits
+        if device == "cuda":
+            torch.cuda.synchronize()
+        res.adapter_seconds = time.perf_counter() - t
+    except Exception as e:  # noqa: BLE001 - the adapter's crash is an outcome
+        res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
+        return res
+    if tuple(got_lp.shape) != (B, T) or tuple(got_gx.shape) != (B, T, H):
+        res.outcome = "error"
+        res.message = f"shapes: logprobs {tuple(got_lp.shape)} (expected {(B, T)}), grad.hidden {tuple(got_gx.shape)} " \
+                      f"(expected {(B, T, H)})"
+        return res
+    got_lp = got_lp.detach().reshape(-1)
+    got_gx = got_gx.detach().reshape(B * T, H)
+    j_lp = _Judge("logprobs", "logprob", dtype, (B, T))
+    j_gx = _Judge("grad.hidden", "logprob", dtype, (B, T))
+    mflat = m.reshape(-1)
+    t = time.perf_counter()
+    for sl, ref_lp, El, ref_gx, SX in lp.oracle_chunks(arrays, p, device):
+        j_lp.add(sl.start, got_lp[sl], ref_lp, El, mflat[sl])
+        # the gradient is compared at every position: 0 (exactly) where the mask is false
+        j_gx.add(sl.start, got_gx[sl], ref_gx, SX, torch.ones_like(mflat[sl]))
+    res.oracle_seconds = time.perf_counter() - t
+    res.outputs = [j_lp.out, j_gx.out]
     if any(o.failures for o in res.outputs):
         res.outcome = "fail"
         o = next(o for o in res.outputs if o.failures)

@@ -430,7 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="formula or recipe ID (see `pgspec check --list`); required, no default")
     c.add_argument("--adapter", default="torch", help="built-in adapter name or module:object")
     c.add_argument("--shape", default="64x32768", help="BxT")
-    c.add_argument("--vocab", type=int, default=None, help="vocabulary size V for log-prob formulas")
+    c.add_argument("--vocab", type=int, default=None, help="vocabulary size V for log-prob formulas (logprob.token)")
+    c.add_argument("--hidden", type=int, default=None,
+                   help="width H of the linear head whose exact logits log-prob checks use (default 64)")
     c.add_argument("--dtype", default="float32", help="the adapter's dtype")
     c.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device of the adapter's tensors")
     c.add_argument("--seed", type=int, default=0, help="seed of the input generator")
@@ -445,9 +447,6 @@ def _check(args) -> int:
     from . import check, runner
 
     try:
-        if args.vocab is not None:
-            raise check.CheckError("--vocab: no log-prob formula has an oracle scale yet "
-                                   f"(formulas with one: {', '.join(check.ORACLE_FORMULAS)})")
         B, T = check.parse_shape(args.shape)
         params = {}
         for item in args.param:
@@ -459,14 +458,16 @@ def _check(args) -> int:
             except ValueError:
                 params[name] = value
         adapter = runner.load_adapter(args.adapter)
-        res = check.run_check(adapter, args.formula, B, T, args.dtype, args.device, args.seed, params, args.chunk)
+        res = check.run_check(adapter, args.formula, B, T, args.dtype, args.device, args.seed, params, args.chunk,
+                              vocab=args.vocab, hidden=args.hidden)
     except (check.CheckError, runner.RunError) as e:
         print(f"pgspec check: {e}", file=sys.stderr)
         return 2
     for o in res.outputs:
         print(f"{res.formula} {o.output}: {o.compared} elements, worst error ratio {o.worst_ratio:.3g}, "
               f"{o.failures} out of bound")
-    print(f"pgspec check {res.adapter} {res.formula} {res.dtype} {B}x{T} seed {res.seed}: {res.outcome} "
+    size = f"{B}x{T}" + (f" V={res.vocab} H={res.hidden} via {res.path or '-'}" if res.vocab else "")
+    print(f"pgspec check {res.adapter} {res.formula} {res.dtype} {size} seed {res.seed}: {res.outcome} "
           f"(adapter {res.adapter_seconds:.2f} s, oracle {res.oracle_seconds:.2f} s){': ' + res.message if res.message else ''}")
     if args.json:
         with open(args.json, "w") as fh:

@@ -63,7 +63,9 @@ def test_oracle_agrees_with_the_reference_on_the_scale_cases(case):
 
 def test_the_scale_cases_cover_every_oracle_formula_but_grpo_with_kl():
     covered = {c["formula"] for c in _scale_cases() if _oracle_applies(c)}
-    assert covered == set(check.ORACLE_FORMULAS) - {"loss.grpo"}   # its scale cases have beta = 0.04
+    # loss.grpo's scale cases have beta = 0.04; logprob.token's oracle is tested on every corpus case of
+    # the formula and on the linear-head composite (below)
+    assert covered == set(check.ORACLE_FORMULAS) - {"loss.grpo"} - set(check.VOCAB_FORMULAS)
 
 
 @pytest.mark.parametrize("formula", ["loss.grpo", "loss.bnpo", "agg.sample_mean"])
@@ -134,3 +136,92 @@ def test_cuda_is_refused_cleanly_without_a_gpu():
 def test_torch_backend_passes_on_cuda():  # pragma: no cover - CI has no GPU
     res = check.run_check(runner.load_adapter("torch"), "loss.bnpo", 8, 4096, "bfloat16", device="cuda")
     assert res.outcome == "pass", res.message
+
+
+# ------------------------------------------------------------------------------------------------
+# logprob.token at production vocabulary size (check_logprob.py)
+# ------------------------------------------------------------------------------------------------
+from pgspec.conformance import check_logprob  # noqa: E402
+
+
+def _logprob_cases():
+    return [c for c in golden.load_all() if c["formula"] == "logprob.token" and "error" not in c["category"]
+            and c["params"].get("softcap") is None and any(any(r) for r in golden.case_inputs(c)["mask"])]
+
+
+@pytest.mark.parametrize("case", _logprob_cases(), ids=lambda c: c["id"])
+def test_logit_scales_equal_the_references_on_the_corpus(case):
+    """E(l) and A + C = S(dl/dz) of the tensor formula against the scales the generator stored (6 digits)."""
+    inputs = golden.case_inputs(case)
+    p = {"temperature": 1, "logit_scale": 1, **case["params"]}
+    n = 0
+    for b, row in enumerate(inputs["mask"]):
+        for t, m in enumerate(row):
+            if not m:
+                continue
+            z = torch.tensor([inputs["logits"][b][t]], dtype=torch.float64)
+            y = torch.tensor([inputs["targets"][b][t]])
+            El, A, C = check_logprob.logit_scales(z, y, torch.zeros_like(z), p["temperature"], p["logit_scale"])
+            assert float(El[0]) == pytest.approx(float(case["scale"]["logprobs"][b][t]), rel=1e-5), (b, t)
+            ref = [float(s) for s in case["scale"]["grad.logits"][b][t]]
+            assert (A + C)[0].tolist() == pytest.approx(ref, rel=1e-5, abs=1e-300), (b, t)
+            n += 1
+    assert n > 0
+
+
+def _reference_head_scales(X, W, y, temperature, logit_scale):
+    """E(l) and S(dl/dX) of the composite l = log_softmax_at(total_h(X_h W_vh)) from reference._ad."""
+    from mpmath import mp, mpf
+
+    from pgspec.reference import _ad
+    from pgspec.reference.logprob import log_softmax_at
+
+    with mp.workdps(50):
+        xs = [_ad.Var(mpf(float(x))) for x in X]
+        z = [_ad.total(xs[h] * mpf(float(W[v, h])) for h in range(len(xs))) for v in range(W.shape[0])]
+        l = log_softmax_at(z, int(y), mpf(temperature), mpf(logit_scale))   # reals arrive as mpf
+        out, leaf = _ad.error_scales(l, xs)
+        return float(out), [float(leaf[id(x)]) for x in xs]
+
+
+@pytest.mark.parametrize("temperature,logit_scale", [(1, 1), (0.7, 1.5), (2, 1)])
+def test_head_scales_equal_reference_ad_on_the_composite(temperature, logit_scale):
+    arrays = check_logprob.seeded_head(2, 3, 9, 5, seed=4, ragged=False)
+    arrays["targets"][0, 0] = int(np.argmax(arrays["hidden"][0, 0] @ arrays["weight"].T))   # y = the argmax once
+    params = {"temperature": temperature, "logit_scale": logit_scale, "softcap": None}
+    (sl, lp, El, gX, SX), = list(check_logprob.oracle_chunks(arrays, params))
+    X = arrays["hidden"].reshape(-1, 5)
+    for k in range(X.shape[0]):
+        e, s = _reference_head_scales(X[k], arrays["weight"], arrays["targets"].reshape(-1)[k], temperature, logit_scale)
+        assert float(El[k]) == pytest.approx(e, rel=1e-9)
+        assert SX[k].tolist() == pytest.approx(s, rel=1e-9)
+
+
+def test_logprob_check_passes_the_torch_backend_and_catches_a_perturbed_one():
+    adapter = runner.load_adapter("torch")
+    for dtype in ("float32", "bfloat16"):
+        res = check.run_check(adapter, "logprob.token", 3, 64, dtype, vocab=300, hidden=16, params={"temperature": 0.8})
+        assert res.outcome == "pass", res.message
+        assert [o.output for o in res.outputs] == ["logprobs", "grad.hidden"] and res.path == "logits"
+        assert all(o.compared > 0 for o in res.outputs)
+    torch_adapter = runner.load_adapter("torch")
+
+    def shifted(inputs, params):
+        out = torch_adapter.implementations["logprob.token"](inputs, params)
+        return {**out, "logprobs": out["logprobs"] * (1 + 1e-4)}
+
+    bad = Adapter("perturbed", "test", "0", implementations={"logprob.token": shifted})
+    res = check.run_check(bad, "logprob.token", 3, 64, "float32", vocab=300, hidden=16)
+    assert res.outcome == "fail" and res.message.startswith("logprobs")
+
+
+def test_logprob_check_usage_errors():
+    adapter = runner.load_adapter("torch")
+    with pytest.raises(check.CheckError, match="--vocab"):
+        check.run_check(adapter, "logprob.token", 2, 8)
+    with pytest.raises(check.CheckError, match="softcap"):
+        check.run_check(adapter, "logprob.token", 2, 8, vocab=10, params={"softcap": 30.0})
+    with pytest.raises(check.CheckError, match="log-prob formulas only"):
+        check.run_check(adapter, "loss.bnpo", 2, 8, vocab=10)
+    with pytest.raises(check.CheckError, match=">= 2"):
+        check.run_check(adapter, "logprob.token", 2, 8, vocab=1)

@@ -24,10 +24,10 @@ def loss_impl(formula_id):
         B, T = m.shape
         dtype = lp.dtype if lp.dtype != torch.bfloat16 else torch.bfloat16
         hidden = logits_for(lp, m, dtype).requires_grad_(True)
-        weight = torch.eye(2, dtype=dtype)
+        weight = torch.eye(2, dtype=dtype, device=lp.device)
         module = LigerFusedLinearGRPOLoss(compiled=False, use_ref_model="ref" in kw, chunk_size=1,
                                           temperature=1.0, **{k: v for k, v in cfg.items()})
-        loss, _ = module(hidden, weight, torch.zeros((B, T), dtype=torch.long), kw["mask"], kw["advantages"],
+        loss, _ = module(hidden, weight, torch.zeros((B, T), dtype=torch.long, device=lp.device), kw["mask"], kw["advantages"],
                          ref_per_token_logps=kw.get("ref"), old_per_token_logps=kw["old"],
                          vllm_is_ratio=kw.get("vllm_is_ratio"))
         (gh,) = torch.autograd.grad(loss, hidden)

@@ -65,7 +65,9 @@ def make_adapter() -> Adapter:
     from .gmpo import PARAM_MAP as GMPO_MAP
     from .recipes import IMPLEMENTATIONS as RECIPES
 
-    return TRLAdapter(
+    from .head import HEADS
+
+    adapter = TRLAdapter(
         name="trl",
         framework="TRL (huggingface/trl)",
         version=f"trl {v}",
@@ -75,3 +77,7 @@ def make_adapter() -> Adapter:
         param_map={**PARAM_MAP, **GMPO_MAP},
         deviations=deviations,
     )
+    # fused LM-head entry points for `pgspec check --vocab` (conformance/check_logprob.py HEAD_PROTOCOL); they take
+    # tensors on any device
+    adapter.heads = HEADS
+    return adapter

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# `pgspec check` on CUDA at production size (issue 12, item 6): Liger's fused linear GRPO loss and its
+# Triton `triton_grpo_loss` (loss.grpo through the vocabulary-of-two construction of
+# adapters/liger/construct.py, at B x T tokens), and TRL's chunked log-prob kernel
+# (`_ChunkedLogProbFunction`, logprob.token through a linear head of exact logits at V = 151936,
+# conformance/check_logprob.py), each in float32 and bfloat16 against the float64 oracle.
+#
+#   bash bench/gpu_check.sh [SIZE]        SIZE: full (default; B = 256, T = 32768) or small (CPU dry run)
+#
+# Needs torch with CUDA, trl 1.16.0 and liger-kernel 0.8.5 (with triton) importable, and pgspec.
+# Every step has its own time limit; results go to $OUT (default /tmp/pgspec-gpu) as one JSON per
+# step plus log.txt, and a table is printed at the end.
+set -uo pipefail
+SIZE="${1:-full}"
+ONLY="${ONLY:-}"          # e.g. ONLY=trl: run only the steps whose name starts with it
+OUT="${OUT:-/tmp/pgspec-gpu}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+PY_TRL="${PYTHON_TRL:-$PY}"          # a Python with trl (the same one on the GPU machine)
+if [ "$SIZE" = full ]; then
+    DEV=cuda; BT=256x32768; LPS="${LPS:-8x32768 256x32768}"; V=151936; LIMIT=150
+else
+    DEV=cpu; BT=4x256; LPS="2x64"; V=2000; LIMIT=600
+fi
+log() { echo "$*" | tee -a "$OUT/log.txt"; }
+step() {  # name limit args...
+    local name="$1" limit="$2" py="$PY"; shift 2
+    case "$name" in trl-*) py="$PY_TRL";; esac
+    case "$name" in "$ONLY"*) ;; *) return;; esac
+    log "== $name: pgspec check $*"
+    local t0=$(date +%s.%N)
+    timeout "$limit" "$py" -m pgspec.conformance.cli check "$@" --json "$OUT/$name.json" >>"$OUT/log.txt" 2>&1
+    local rc=$?
+    log "   rc=$rc wall=$(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 1))" "$(date +%s.%N)" "$t0") s"
+    tail -3 "$OUT/log.txt" | grep -v "^==" | sed 's/^/   /'
+}
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+  "$PY" -c "import torch, trl, liger_kernel, triton; from importlib.metadata import version as v
+print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'trl', trl.__version__, 'liger-kernel', v('liger-kernel'), 'triton', triton.__version__)"
+} 2>&1 | tee -a "$OUT/log.txt"
+
+G="--formula loss.grpo --param beta=0 --shape $BT"
+step torch-grpo-bf16 "$LIMIT" $G --adapter torch --dtype bfloat16 --device "$DEV"
+for d in float32 bfloat16; do
+    step "liger-fused-grpo-$d" "$LIMIT" $G --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
+done
+# the Triton adapter builds its logits on the host and launches the kernel on the GPU (triton_path.py)
+[ "$DEV" = cpu ] && export TRITON_INTERPRET=1      # the dry run: Triton's CPU interpreter
+for d in float32 bfloat16; do
+    step "liger-triton-grpo-$d" "$LIMIT" $G --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device cpu
+done
+unset TRITON_INTERPRET
+for s in $LPS; do
+    for d in bfloat16 float32; do
+        step "trl-logprob-$s-$d" "$([ $s = 256x32768 ] && echo 200 || echo $LIMIT)" --formula logprob.token --vocab "$V" --shape "$s" --adapter trl --dtype "$d" --device "$DEV"
+    done
+done
+"$PY" - "$OUT" <<'PYEOF' | tee "$OUT/table.md"
+import json, pathlib, sys
+rows = []
+for p in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
+    r = json.loads(p.read_text())
+    size = "x".join(map(str, r["shape"])) + (f", V={r['vocab']}, H={r['hidden']}" if r.get("vocab") else "")
+    worst = ", ".join(f"{o['output']} {float(o['worst_ratio']):.3g}" for o in r["outputs"])
+    rows.append(f"| {r['adapter']} | {r['formula']} | {r['dtype']} | {r['device']} | {size} | {r['outcome']} | {worst} | "
+                f"{r['adapter_seconds']:.2f} | {r['oracle_seconds']:.2f} |")
+print("| adapter | formula | dtype | tensors on | size | outcome | worst error / bound | adapter s | oracle s |")
+print("|---|---|---|---|---|---|---|---|---|")
+print("\n".join(rows))
+PYEOF
