@@ -136,11 +136,25 @@ def load_compiled_deviations():
 
 
 def make_compiled_adapter() -> Adapter:
-    """LigerFusedLinearGRPOLoss with Liger's default compiled=True (torch.compile of the loss math)."""
+    """LigerFusedLinearGRPOLoss with Liger's default compiled=True (torch.compile of the loss math).
+
+    torch's dynamo stops compiling a function after ``recompile_limit`` (8) recompiles and runs it eagerly
+    from then on; over the corpus (shapes, loss types and floats change from case to case) that happens
+    after a few dozen cases, and the rest of the run would test eager code.  A training run meets only a
+    few configurations and keeps compiling, so this adapter raises the limit (``PGSPEC_LIGER_RECOMPILE_LIMIT``,
+    default 256; the process's dynamo config) so that every call runs compiled code, as it would there."""
+    import os
+
+    import torch._dynamo
+
     from . import fused
 
+    limit = int(os.environ.get("PGSPEC_LIGER_RECOMPILE_LIMIT", "256"))
+    torch._dynamo.config.recompile_limit = limit
+    torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 16 * limit)
+
     return LigerAdapter(
-        name="liger-compiled", framework=FRAMEWORK, version=f"{_version()}; compiled=True (torch.compile)",
+        name="liger-compiled", framework=FRAMEWORK, version=f"{_version()}; compiled=True (torch.compile, recompile_limit {limit})",
         devices=("cpu", "cuda"), dtypes=("float64", "float32", "bfloat16"),
         implementations=dict(fused.COMPILED_IMPLEMENTATIONS),
         param_map=_param_map(fused.COMPILED_IMPLEMENTATIONS), deviations=load_compiled_deviations())
