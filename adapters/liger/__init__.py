@@ -1,14 +1,16 @@
 """pgspec adapter for Liger-Kernel 0.8.5 (see adapters/liger/README.md).
 
-Three entry points, one per Liger code path:
+Four entry points, one per Liger code path:
 
 - ``make_adapter`` (``--adapter liger``): the chunked PyTorch path, log-probs in
   (``LigerFusedLinearPPOBase._compute_loss_from_logps`` -> ``LigerFusedLinearGRPOFunction.ppo_loss_fn``,
   eager), plus ``k3_loss_fn`` and the selective log-prob kernel.  Runs on CPU.
 - ``make_fused_adapter`` (``--adapter pgspec.adapters.liger:make_fused_adapter``): the whole
   ``LigerFusedLinearGRPOLoss(compiled=False)`` from constructed hidden states and LM head.
+- ``make_compiled_adapter`` (``--adapter pgspec.adapters.liger:make_compiled_adapter``): the same with
+  Liger's default ``compiled=True`` (torch.compile; exposed to stale floats by design, see README).
 - ``make_triton_adapter`` (``--adapter pgspec.adapters.liger:make_triton_adapter``): the Triton
-  kernel ``triton_grpo_loss``, on CUDA, or on CPU under ``TRITON_INTERPRET=1``.
+  kernel ``triton_grpo_loss``, on CUDA, or on CPU under ``TRITON_INTERPRET=1`` (CI).
 
 liger_kernel is imported lazily: this module imports without it, and ``available()`` says why not.
 """
