@@ -44,10 +44,11 @@ step torch-grpo-bf16 "$LIMIT" $G --adapter torch --dtype bfloat16 --device "$DEV
 for d in float32 bfloat16; do
     step "liger-fused-grpo-$d" "$LIMIT" $G --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
 done
-# the Triton adapter builds its logits on the host and launches the kernel on the GPU (triton_path.py)
+# the Triton adapter launches the kernel on the device of the case's tensors (on a CPU only under
+# Triton's interpreter, which the dry run sets)
 [ "$DEV" = cpu ] && export TRITON_INTERPRET=1      # the dry run: Triton's CPU interpreter
 for d in float32 bfloat16; do
-    step "liger-triton-grpo-$d" "$LIMIT" $G --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device cpu
+    step "liger-triton-grpo-$d" "$LIMIT" $G --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
 done
 unset TRITON_INTERPRET
 for s in $LPS; do

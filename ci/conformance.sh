@@ -6,6 +6,11 @@
 #   bash ci/conformance.sh              # all adapters
 #   bash ci/conformance.sh trl verl     # some
 #
+# liger-triton is Liger's Triton kernel (triton_grpo_loss) on CPU under Triton's interpreter
+# (TRITON_INTERPRET=1), run from liger's environment (installed with --triton), float32, on the corpus
+# without its scale-* cases (LIGER_TRITON_CASES: the interpreter runs one Python step per kernel program,
+# so a 32k-token case alone takes minutes); its report is docs/conformance/liger-triton.md.
+#
 # PGSPEC_VENV_PATTERN (default ".ci-venvs/%s") places each framework's environment;
 # PGSPEC_SKIP_INSTALL=1 reuses environments that already exist there.
 #
@@ -18,7 +23,9 @@ json_dir=${PGSPEC_JSON_DIR:-$(mktemp -d)}   # the runs' JSON reports (the matrix
 venvs=${PGSPEC_VENVS:-.ci-venvs}
 mkdir -p "$out" "$venvs"
 adapters=("$@")
-[ ${#adapters[@]} -gt 0 ] || adapters=(torch trl liger verl openrlhf skyrl areal)
+[ ${#adapters[@]} -gt 0 ] || adapters=(torch trl liger liger-triton verl openrlhf skyrl areal)
+# every case ID except */scale-* (the runner's globs have no negation: no case name but scale-* starts with "sc")
+LIGER_TRITON_CASES=${LIGER_TRITON_CASES:-'*/[!s]*,*/s[!c]*'}
 # adapters run from the main environment through the process-isolated mode (--python)
 isolated=" areal "
 status=0
@@ -29,17 +36,27 @@ for name in "${adapters[@]}"; do
     pgspec run --adapter torch "${reports[@]}" || status=1
     continue
   fi
-  venv=$(printf "${PGSPEC_VENV_PATTERN:-$venvs/%s}" "$name")
+  # liger's environment holds triton too (--triton); liger-triton runs from it
+  env_name=$name install_args=()
+  case "$name" in liger|liger-triton) env_name=liger install_args=(--triton) ;; esac
+  venv=$(printf "${PGSPEC_VENV_PATTERN:-$venvs/%s}" "$env_name")
   start=$(date +%s)
   if [ "${PGSPEC_SKIP_INSTALL:-0}" = 1 ] && [ -x "$venv/bin/python" ]; then
     echo "reusing $venv"
-  elif ! bash "ci/install-$name.sh" "$venv"; then
+  elif [ "$name" = liger-triton ] && "$venv/bin/python" -c "import triton, liger_kernel" 2>/dev/null; then
+    echo "reusing $venv (installed for liger with --triton)"
+  elif ! bash "ci/install-$env_name.sh" "$venv" "${install_args[@]}"; then
     echo "ci/conformance.sh: installing $name failed" >&2
     status=1
     continue
   fi
   echo "installed $name in $(( $(date +%s) - start )) s"
-  if [[ "$isolated" == *" $name "* ]]; then
+  if [ "$name" = liger-triton ]; then
+    start=$(date +%s)
+    TRITON_INTERPRET=1 "$venv/bin/pgspec" run --adapter pgspec.adapters.liger:make_triton_adapter --dtype float32 \
+      --formulas "$LIGER_TRITON_CASES" --no-properties "${reports[@]}" || status=1
+    echo "liger-triton (TRITON_INTERPRET=1) ran in $(( $(date +%s) - start )) s"
+  elif [[ "$isolated" == *" $name "* ]]; then
     pgspec run --adapter "$name" --python "$venv/bin/python" "${reports[@]}" || status=1
   else
     "$venv/bin/pgspec" run --adapter "$name" "${reports[@]}" || status=1

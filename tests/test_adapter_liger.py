@@ -97,3 +97,152 @@ def test_luspo_token_level_leaks_padding():
     y["logprobs"] = torch.where(y["mask"], y["logprobs"], torch.full_like(y["logprobs"], -7.0)).detach()
     b = chunked.IMPLEMENTATIONS["loss.luspo"](y, params)["loss"].item()
     assert a != b   # the spec's loss does not depend on masked positions
+
+
+# ------------------------------------------------------------------------------------------ Triton kernel
+# triton_grpo_loss runs on CPU only in Triton's interpreter, which TRITON_INTERPRET=1 must enable before triton
+# is imported: these tests run it in a child process (this process may have imported triton already).
+
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                  reason="triton is not installed (ci/install-liger.sh VENV --triton)")
+
+
+def _child(code: str, timeout=600, **env):
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+LUSPO_PROBE = r"""
+import json, torch
+from liger_kernel.transformers.grpo_loss import triton_grpo_loss
+torch.manual_seed(0)
+B, T, V = 2, 2, 3
+mask = torch.tensor([[1, 1], [1, 0]], dtype=torch.int32)          # lengths L = (2, 1)
+ids = torch.randint(0, V, (B, T))
+base = torch.randn(B, T + 1, V)
+logp = torch.log_softmax(base[:, :T], -1).gather(-1, ids[..., None])[..., 0]
+old = (logp + 0.05 * torch.randn(B, T)).contiguous()
+adv = torch.tensor([1.0, -0.5])
+out = {}
+for level in ("token", "sequence"):
+    kw = dict(temperature=1.0, beta=0.0, eps_low=0.2, eps_high=0.2, inplace=False, loss_type="luspo",
+              importance_sampling_level=level)
+    x = base.clone().requires_grad_(True)
+    loss, _ = triton_grpo_loss(x, old, None, ids, adv, mask, reduce=True, **kw)
+    (g_reduced,) = torch.autograd.grad(loss, x)
+    # the same reduction (ops/grpo_loss.py L597) done by torch over the kernel's unreduced per-token loss,
+    # whose backward takes a (B, T) upstream gradient: the derivative of Liger's own luspo loss
+    y = base.clone().requires_grad_(True)
+    per_token, _, _ = triton_grpo_loss(y, old, None, ids, adv, mask, reduce=False, **kw)
+    ref = (per_token * mask.sum(-1, keepdim=True)).mean()
+    (g_ref,) = torch.autograd.grad(ref, y)
+    out[level] = {"loss": [loss.item(), ref.item()], "reduced": g_reduced[:, :T].tolist(), "ref": g_ref[:, :T].tolist()}
+print(json.dumps(out))
+"""
+
+
+@needs_triton
+def test_triton_luspo_token_backward_reads_b1_buffer_as_bt():
+    """ops/grpo_loss.py L928 + L997: token-level luspo's dloss is (B, 1) = L_i / (B T), passed with strides
+    (1, 1) to a kernel that reads DLOSS[b*s0 + t*s1]; token t of row b gets row b+t's value.  Here every read
+    is in bounds: token (0, 1) reads L_1 / (B T) = 1/4 instead of L_0 / (B T) = 2/4, so its gradient is half of
+    the derivative of Liger's own forward; every other token is right.  Sequence level (dloss multiplied by the
+    (B, T) mask first) is right everywhere."""
+    r = _child(LUSPO_PROBE, TRITON_INTERPRET="1")
+    tok, seq = torch.tensor(r["token"]["reduced"]), torch.tensor(r["token"]["ref"])
+    assert r["token"]["loss"][0] == pytest.approx(r["token"]["loss"][1], rel=1e-6)
+    assert torch.allclose(tok[0, 1], 0.5 * seq[0, 1], rtol=1e-5) and seq[0, 1].abs().sum() > 1e-3
+    assert torch.allclose(tok[0, 0], seq[0, 0], rtol=1e-5, atol=1e-7)
+    assert torch.allclose(tok[1], seq[1], rtol=1e-5, atol=1e-7)
+    s_red, s_ref = torch.tensor(r["sequence"]["reduced"]), torch.tensor(r["sequence"]["ref"])
+    assert torch.allclose(s_red, s_ref, rtol=1e-5, atol=1e-7)
+
+
+TRITON_CASES = r"""
+import json
+from pgspec.conformance import runner
+a = runner.load_adapter("pgspec.adapters.liger:make_triton_adapter")
+runner.check_declarations(a)
+out = {}
+for cid in ("loss.luspo/token-level-padded", "loss.luspo/worked-example", "loss.grpo/worked-example",
+            "loss.grpo/empty-sequence", "loss.gspo/masked-nan-inf", "loss.grpo/log-ratio-20"):
+    r = runner.run_case(a, runner.load_case(cid), "float32", "cpu")
+    out[cid] = [r.outcome, (r.declaration or {}).get("reason", ""), (r.declaration or {}).get("source", "")]
+print(json.dumps(out))
+"""
+
+
+@needs_triton
+def test_triton_adapter_declarations_under_interpreter():
+    r = _child(TRITON_CASES, TRITON_INTERPRET="1")
+    outcome, reason, source = r["loss.luspo/token-level-padded"]
+    assert outcome == "bug" and "(B, 1)" in reason and source.endswith("deviations-triton.toml")
+    assert r["loss.luspo/worked-example"][0] == "bug" and "L_i^2 / T" in r["loss.luspo/worked-example"][1]
+    assert r["loss.grpo/worked-example"][0] == "pass"
+    assert r["loss.grpo/empty-sequence"][0] == "convention"
+    assert r["loss.gspo/masked-nan-inf"][0] == "bug"
+    assert r["loss.grpo/log-ratio-20"][0] == "not-applicable"   # a log-prob of 0: no gradient through logits
+
+
+def test_triton_adapter_refuses_cpu_without_interpreter():
+    from pgspec.adapters.liger import triton_path
+
+    if triton_path.interpreted():
+        pytest.skip("TRITON_INTERPRET=1 is set in this process")
+    ok, why = triton_path.device_available("cpu")
+    assert not ok and "TRITON_INTERPRET=1" in why
+    assert triton_path.device_available("cuda") == (True, "")
+
+
+# ------------------------------------------------------------------------------------------ torch.compile
+
+def test_default_adapter_never_compiles(adapter):
+    """The default path calls _compute_loss_from_logps directly: no torch.compile, so no stale floats."""
+    from torch._dynamo.utils import counters
+
+    before = dict(counters["stats"])
+    for cid in ("loss.grpo/worked-example", "loss.grpo/eps-zero", "loss.gspo/worked-example",
+                "loss.sapo/preset-liger-ligerfusedlineargrpoloss-loss-type-sapo-batch"):
+        r = runner.run_case(adapter, runner.load_case(cid), "float32", "cpu")
+        assert r.outcome == "pass", (cid, r.message)
+    assert dict(counters["stats"]) == before, "the default liger adapter ran something through torch.compile"
+
+
+COMPILED_PROBE = r"""
+import json, torch
+from pgspec.adapters.liger import fused
+torch.manual_seed(0)
+B, T = 2, 4
+lp = (-torch.rand(B, T) * 2 - 0.05)
+x = {"logprobs": lp, "old_logprobs": lp + 0.4 * torch.randn(B, T), "mask": torch.ones(B, T, dtype=torch.bool),
+     "advantages": torch.tensor([1.0, -1.0])}
+out = []
+for eps_low, eps_high in ((0.2, 0.2), (0.1, 0.28), (0.05, 0.05)):
+    p = {"beta": 0.0, "eps_low": eps_low, "eps_high": eps_high}
+    c = fused.COMPILED_IMPLEMENTATIONS["loss.grpo"](dict(x), p)["loss"].item()
+    e = fused.IMPLEMENTATIONS["loss.grpo"](dict(x), p)["loss"].item()
+    out.append([eps_low, eps_high, c, e])
+print(json.dumps({"torch": torch.__version__, "calls": out}))
+"""
+
+
+def test_compiled_default_path_returns_stale_epsilon():
+    """Liger's default LigerFusedLinearGRPOLoss(compiled=True), three calls that change only epsilon, in a fresh
+    process (docs/findings.md, Liger section): in torch 2.13.0 on CPU the third call returns the second call's
+    loss (eps 0.1/0.28) instead of its own (eps 0.05/0.05).  The first two agree with compiled=False.  If torch
+    stops doing this, this test fails: then update adapters/liger/README.md and deviations-compiled.toml."""
+    r = _child(COMPILED_PROBE, timeout=900)
+    if not r["torch"].startswith("2.13.0"):
+        pytest.skip(f"the finding is for torch 2.13.0, this is {r['torch']}")
+    (e1l, e1h, c1, g1), (e2l, e2h, c2, g2), (e3l, e3h, c3, g3) = r["calls"]
+    assert c1 == pytest.approx(g1, rel=1e-6) and c2 == pytest.approx(g2, rel=1e-6)
+    assert abs(g3 - g2) > 1e-3                       # epsilon matters for these inputs
+    assert c3 == pytest.approx(c2, rel=1e-6)         # ... but the compiled path returns the previous result

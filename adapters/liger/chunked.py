@@ -61,10 +61,13 @@ def validate(cfg):
     LigerFusedLinearGRPOLoss(compiled=False, **{k: cfg[k] for k in names if k in cfg})
 
 
-def prepare(formula_id, inputs, params):
-    """(cfg, call kwargs) for one loss.* case."""
+def prepare(formula_id, inputs, params, check=True):
+    """(cfg, call kwargs) for one loss.* case.  ``check``: run ``LigerFusedLinearGRPOLoss.__init__``'s
+    argument checks (the chunked and fused paths); the Triton path leaves its checks to
+    ``triton_grpo_loss`` itself."""
     cfg = liger_config(formula_id, params, inputs)
-    validate(cfg)
+    if check:
+        validate(cfg)
     m = inputs["mask"]
     kw = {"old": inputs["old_logprobs"], "advantages": inputs["advantages"]}
     if cfg["beta"] != 0:

@@ -1,9 +1,12 @@
 """``liger_kernel.transformers.grpo_loss.triton_grpo_loss`` (the Triton kernel).
 
 Runs on CUDA, or on CPU under Triton's interpreter (``TRITON_INTERPRET=1`` set before triton is
-imported; slow, for small cases).  Logits (B, T+1, V=2) come from construct.py (the last row is
-ignored by the kernel); ``reduce=True`` applies Liger's own aggregation; the gradient w.r.t. the
-logits comes from the kernel's backward and is turned into the gradient w.r.t. the log-probs.
+imported; slow, for small cases).  The same code serves both: the kernel runs on the device of the
+case's tensors (``--device cuda``), or on the CPU when the interpreter is on.  Logits (B, T+1, V=2)
+come from construct.py (the last row is ignored by the kernel); ``reduce=True`` applies Liger's own
+aggregation; the gradient w.r.t. the logits comes from the kernel's backward and is turned into the
+gradient w.r.t. the log-probs.  Argument checks are the kernel's own (``triton_grpo_loss`` and
+``GrpoLossFunction.forward``), not the chunked module's.
 """
 
 from __future__ import annotations
@@ -30,20 +33,32 @@ def triton_available() -> tuple[bool, str]:
                    "to run the kernels on CPU in Triton's interpreter")
 
 
-def _device():
-    return "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+def interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def device_available(device: str) -> tuple[bool, str]:
+    """Where the kernel can run: CUDA tensors (compiled kernels), or CPU tensors under the interpreter."""
+    if device == "cpu" and not interpreted():
+        return False, ("the Triton kernels run on CPU tensors only in Triton's interpreter: set TRITON_INTERPRET=1 "
+                       "(before triton is imported), or run with --device cuda")
+    return True, ""
+
+
+def _kernel_device(like):
+    return torch.device("cpu") if interpreted() else like.device
 
 
 def loss_impl(formula_id):
     def impl(inputs, params):
         from liger_kernel.transformers.grpo_loss import triton_grpo_loss
 
-        cfg, kw = prepare(formula_id, inputs, params)
+        cfg, kw = prepare(formula_id, inputs, params, check=False)
         lp, m = inputs["logprobs"], inputs["mask"]
         B, T = m.shape
-        dev = _device()
-        z = logits_for(lp, m, torch.float32)
-        logits = torch.cat([z, torch.zeros((B, 1, 2), dtype=torch.float32)], dim=1).to(dev).contiguous()
+        dev = _kernel_device(lp)
+        z = logits_for(lp, m, torch.float32).to(dev)
+        logits = torch.cat([z, torch.zeros((B, 1, 2), dtype=torch.float32, device=dev)], dim=1).contiguous()
         logits.requires_grad_(True)
         args = dict(temperature=1.0, beta=cfg["beta"], eps_low=cfg.get("epsilon_low", 0.2),
                     eps_high=cfg.get("epsilon_high", 0.2), inplace=False, loss_type=cfg["loss_type"],
@@ -62,7 +77,8 @@ def loss_impl(formula_id):
                                kw["mask"].to(torch.int32).to(dev).contiguous(), vllm_is_ratio=f32(vr), **args)
         loss = out[0] if isinstance(out, tuple) else out
         (gl,) = torch.autograd.grad(loss, logits)
-        return {"loss": loss.cpu(), "grad": {"logprobs": grad_from_z1(gl[:, :T, 1].cpu(), lp, m)}}
+        home = lp.device
+        return {"loss": loss.to(home), "grad": {"logprobs": grad_from_z1(gl[:, :T, 1].to(home), lp, m)}}
 
     return impl
 
