@@ -40,10 +40,12 @@ def load(src: Path) -> dict:
                            "(pass --python or set PGSPEC_FAST_LLM_PYTHON: adapters/fast_llm/README.md)")
     import torch
 
-    # GRPO's combinable_forward_backward is @torch.compile'd.  Its inputs never require grad here
-    # (Fast-LLM computes the gradient by hand), the precondition of the stale-float trap (pytorch
-    # #194976 / #197889), but the adapter still runs it eagerly by default so that no compiled
-    # graph can carry a float across cases; PGSPEC_FAST_LLM_COMPILE=default keeps torch's default.
+    # GRPO's combinable_forward_backward and GSPO's forward core, segment weights, segment loss
+    # (epsilons as Python floats) and backward core are @torch.compile'd (README).  Their inputs
+    # never require grad here (Fast-LLM computes the gradient by hand), the precondition of the
+    # stale-float trap (pytorch #194976 / #197889), but the adapter still runs them eagerly by
+    # default so that no compiled graph can carry a float across cases;
+    # PGSPEC_FAST_LLM_COMPILE=default keeps torch's default.
     if compile_mode() == "eager":
         torch._dynamo.config.disable = True
     sys.path.insert(0, str(src))
