@@ -20,6 +20,8 @@ KINDS = ("bug", "convention")
 EXPECTS = ("mismatch", "error")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 MAX_DECLARATIONS = 60
+TOP_KEYS = {"tested", "about", "extends", "relink", "drop"}
+PLACEMENT_KEYS = {"replaces", "after", "before"}
 _KEYS = {
     "unsupported": {"formulas", "reason", "link"},
     "capability": {"formulas", "params", "inputs", "reason", "link"},
@@ -120,6 +122,11 @@ class Declaration:
     dtypes: tuple = ()              # rules: only these dtypes (empty: all)
     params: tuple = ()              # ((name, Domain), ...)
     inputs: tuple = ()              # predicate names, "not NAME" negates
+    origin: str = field(default="", compare=False)   # "file, line N" where it was written (extends)
+
+    def written_at(self, path: str) -> str:
+        """" (written at FILE, line N)" when the declaration was inherited from another file."""
+        return f" (written at {self.origin})" if self.origin and not self.origin.startswith(path) else ""
 
     @property
     def label(self) -> str:
@@ -241,14 +248,14 @@ class Declarations:
         problems = []
         for d in [*self.unsupported, *self.capabilities]:
             if not any(fnmatch.fnmatchcase(fid, g) for fid in REGISTRY for g in d.ids):
-                problems.append(f"{self.path}: [[{d.table}]] #{d.position} ({', '.join(d.ids)}) matches no formula ID")
+                problems.append(f"{self.path}: [[{d.table}]] #{d.position}{d.written_at(self.path)} ({', '.join(d.ids)}) matches no formula ID")
         for d in self.rules:
             ds = [x for x in dtypes if not d.dtypes or x in d.dtypes]
             hit = bool(ds) and (any(d.matches_id(c["id"], c["formula"]) and d.conditions_hold(c) for c in cases)
                                 or any(d.matches_id(pid, pid.split("/")[0]) and d.conditions_hold(None)
                                        for pid in property_ids))
             if not hit:
-                problems.append(f"{self.path}: [[rule]] #{d.position} ({', '.join(d.ids)}) matches no case of "
+                problems.append(f"{self.path}: [[rule]] #{d.position}{d.written_at(self.path)} ({', '.join(d.ids)}) matches no case of "
                                 f"the corpus in dtypes {', '.join(ds) or '(none of the adapter’s)'}: a rule that "
                                 "matches nothing is an error; remove it or correct its globs and conditions")
         if problems:
@@ -312,20 +319,167 @@ def _header_lines(text: str | None) -> dict:
     return lines
 
 
-def parse(data: dict, path: str, text: str | None = None) -> Declarations:
-    unknown_tables = set(data) - set(TABLES) - {"tested", "about"}
+@dataclass
+class _Raw:
+    """One declaration as written: its table, its TOML entry and where it was written."""
+
+    table: str
+    entry: dict
+    file: str
+    line: int | None
+
+    @property
+    def at(self) -> str:
+        return f"{self.file}{f', line {self.line}' if self.line else ''}"
+
+
+def _raw_entries(data: dict, path: str, text: str | None, extending: bool) -> dict:
+    """{table: [_Raw, ...]} of one file, in file order, with the top-level keys checked."""
+    unknown_tables = set(data) - set(TABLES) - TOP_KEYS
     if unknown_tables:
         raise DeclarationError(f"{path}: unknown table(s) {', '.join(sorted(unknown_tables))}; expected "
                                "[[unsupported]], [[capability]] and [[rule]] (spec/verdicts.md)")
-    out = Declarations(path)
+    if not extending:
+        for key in ("relink", "drop"):
+            if key in data:
+                raise DeclarationError(f"{path}: {key!r} is only meaningful with extends = \"<base file>\"")
     header = _header_lines(text)
+    out: dict = {}
     for table in TABLES:
         entries = data.get(table, [])
         if not isinstance(entries, list):
             raise DeclarationError(f"{path}: {table} must be an array of tables ([[{table}]])")
+        out[table] = []
         for k, entry in enumerate(entries, 1):
-            line = header.get((table, k))
-            where = f"{path}{f', line {line}' if line else ''}: [[{table}]] #{k}"
+            raw = _Raw(table, entry, path, header.get((table, k)))
+            if not extending:
+                placed = sorted(set(entry) & PLACEMENT_KEYS)
+                if placed:
+                    raise DeclarationError(f"{raw.at}: [[{table}]] #{k}: {', '.join(placed)} only in a file with "
+                                           "extends = \"<base file>\"")
+            out[table].append(raw)
+    names: dict = {}
+    for table in TABLES:
+        for k, raw in enumerate(out[table], 1):
+            name = raw.entry.get("name")
+            if name is None:
+                continue
+            if not isinstance(name, str) or not name:
+                raise DeclarationError(f"{raw.at}: [[{table}]] #{k}: 'name' must be a non-empty string")
+            if name in names:
+                raise DeclarationError(f"{raw.at}: [[{table}]] #{k}: name {name!r} is already used at "
+                                       f"{names[name].at}")
+            names[name] = raw
+    return out
+
+
+def _relink(link: str, relink: dict, raw: _Raw, path: str) -> str:
+    """The inherited link moved to the extending file's revision: the longest matching prefix is
+    replaced and the line anchor dropped (line numbers are those of the base revision)."""
+    keys = [k for k in relink if link.startswith(k)]
+    if not keys:
+        raise DeclarationError(f"{path}: relink: the inherited link of [[{raw.table}]] at {raw.at} ({link}) starts "
+                               "with none of the relink prefixes; add one, or replace the declaration")
+    key = max(keys, key=len)
+    return (relink[key] + link[len(key):]).split("#", 1)[0]
+
+
+def _resolve(path: Path, chain: tuple) -> dict:
+    """{table: [_Raw, ...]}: the declarations of the file, with those of the file it extends."""
+    shown = _display_path(path)
+    if path.resolve() in chain:
+        cycle = " -> ".join(_display_path(p) for p in (*chain, path.resolve()))
+        raise DeclarationError(f"{shown}: extends forms a cycle: {cycle}")
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise DeclarationError(f"{shown}: not valid TOML: {e}") from None
+    extends = data.get("extends")
+    own = _raw_entries(data, shown, text, extends is not None)
+    if extends is None:
+        return own
+    if not isinstance(extends, str) or not extends:
+        raise DeclarationError(f"{shown}: extends must be the path of one declarations file, got {extends!r}")
+    base_path = path.parent / extends
+    if not base_path.is_file():
+        raise DeclarationError(f"{shown}: extends = {extends!r}: no such file ({_display_path(base_path)})")
+    base = _resolve(base_path, (*chain, path.resolve()))
+    relink = data.get("relink")
+    if relink is not None and (not isinstance(relink, dict) or not relink
+                               or not all(isinstance(v, str) for v in relink.values())):
+        raise DeclarationError(f"{shown}: relink must be a table {{ \"<base link prefix>\" = \"<new prefix>\" }}")
+    drop = data.get("drop", [])
+    if not isinstance(drop, list) or not all(isinstance(x, str) for x in drop):
+        raise DeclarationError(f"{shown}: drop must be a list of declaration names")
+    names = {raw.entry["name"]: raw for t in TABLES for raw in base[t] if "name" in raw.entry}
+    for name in drop:
+        if name not in names:
+            raise DeclarationError(f"{shown}: drop: no inherited declaration is named {name!r} "
+                                   f"(names: {', '.join(sorted(names)) or 'none'})")
+    merged: dict = {}
+    for table in TABLES:
+        merged[table] = []
+        for raw in base[table]:
+            if raw.entry.get("name") in drop:
+                continue
+            entry = dict(raw.entry)
+            if relink:
+                entry["link"] = _relink(str(entry.get("link", "")), relink, raw, shown)
+            merged[table].append(_Raw(table, entry, raw.file, raw.line))
+    replaced: dict = {}
+    for table in TABLES:
+        for k, raw in enumerate(own[table], 1):
+            where = f"{raw.at}: [[{table}]] #{k}"
+            entry = dict(raw.entry)
+            placement = [key for key in ("replaces", "after", "before") if key in entry]
+            if len(placement) > 1:
+                raise DeclarationError(f"{where}: give one of replaces, after, before; got {', '.join(placement)}")
+            target = entry.pop(placement[0]) if placement else None
+            if placement and not isinstance(target, str):
+                raise DeclarationError(f"{where}: {placement[0]} must be a declaration name, got {target!r}")
+            name = entry.get("name")
+            if name in names and target != name and name not in drop:
+                raise DeclarationError(f"{where}: name {name!r} overrides the inherited [[{names[name].table}]] at "
+                                       f"{names[name].at}; write replaces = {name!r}, drop it, or choose another name")
+            current = {r.entry.get("name"): i for i, r in enumerate(merged[table]) if "name" in r.entry}
+            if placement:
+                if target in drop:
+                    raise DeclarationError(f"{where}: {placement[0]} = {target!r}, which this file drops")
+                if target not in current:
+                    other = names.get(target)
+                    hint = f"it is a [[{other.table}]]" if other else "no such name"
+                    raise DeclarationError(f"{where}: {placement[0]} = {target!r}: no [[{table}]] of that name "
+                                           f"({hint})")
+            new = _Raw(table, entry, raw.file, raw.line)
+            if not placement:
+                merged[table].append(new)
+            elif placement[0] == "replaces":
+                if target in replaced:
+                    raise DeclarationError(f"{where}: {target!r} is already replaced at {replaced[target].at}")
+                replaced[target] = raw
+                entry.setdefault("name", target)
+                merged[table][current[target]] = new
+            else:
+                i = current[target] + (1 if placement[0] == "after" else 0)
+                merged[table].insert(i, new)
+    return merged
+
+
+def parse(data: dict, path: str, text: str | None = None) -> Declarations:
+    """The declarations of one file that extends no other (``load`` resolves ``extends``)."""
+    if "extends" in data:
+        raise DeclarationError(f"{path}: extends is resolved by load(), which knows the file's directory")
+    return _build(_raw_entries(data, path, text, False), path)
+
+
+def _build(raws: dict, path: str) -> Declarations:
+    out = Declarations(path)
+    for table in TABLES:
+        for k, raw in enumerate(raws[table], 1):
+            entry = {key: v for key, v in raw.entry.items() if key != "name"}
+            where = (f"{raw.at}: [[{table}]] #{k}" if raw.file == path
+                     else f"{path}: [[{table}]] #{k} (inherited from {raw.at})")
             unknown = set(entry) - _KEYS[table]
             if unknown:
                 raise DeclarationError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: "
@@ -360,7 +514,7 @@ def parse(data: dict, path: str, text: str | None = None) -> Declarations:
                     raise DeclarationError(f"{where}: a capability restricts 'params' and/or 'inputs'")
                 kw = dict(params=_param_domains(entry.get("params", {}), where, ids),
                           inputs=_inputs(entry["inputs"], where) if "inputs" in entry else ())
-            d = Declaration(table, k, path, ids, entry["reason"].strip(), entry["link"].strip(), **kw)
+            d = Declaration(table, k, path, ids, entry["reason"].strip(), entry["link"].strip(), origin=raw.at, **kw)
             {"unsupported": out.unsupported, "capability": out.capabilities, "rule": out.rules}[table].append(d)
     if len(out) > MAX_DECLARATIONS:
         raise DeclarationError(f"{path}: {len(out)} declarations; at most {MAX_DECLARATIONS} (one rule per root "
@@ -369,17 +523,13 @@ def parse(data: dict, path: str, text: str | None = None) -> Declarations:
 
 
 def load(path) -> Declarations:
-    """Read and check a declarations file; a missing file declares nothing."""
+    """Read and check a declarations file, with the file it extends (spec/verdicts.md); a missing
+    file declares nothing."""
     path = Path(path)
     shown = _display_path(path)
     if not path.exists():
         return Declarations(shown)
-    text = path.read_text()
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise DeclarationError(f"{shown}: not valid TOML: {e}") from None
-    return parse(data, shown, text)
+    return _build(_resolve(path, ()), shown)
 
 
 def _display_path(path: Path) -> str:

@@ -99,3 +99,43 @@ def test_gradient_seed_recovers_token_sum(adapter):
 def test_param_map_covers_every_capability(adapter):
     assert set(adapter.param_map) >= adapter.capabilities()
     assert adapter.version == "1.0.4"
+
+
+# the AReaL functions the adapter calls (adapters/areal/__init__.py); torch.compile wraps a function
+# in one that carries _torchdynamo_orig_callable
+CALLED = {"areal.utils.functional": ("ppo_actor_loss_fn", "sapo_loss_fn", "apply_rejection_sampling"),
+          "areal.utils.data": ("KLEstimator", "Normalization")}
+
+
+def test_no_function_the_adapter_calls_is_compiled():
+    """At the tested commit AReaL compiles only gather_logprobs(_entropy), which the adapter does
+    not call: the compiled default path of every formula tested is AReaL's eager Python. A release
+    that compiles one of these must be tested under PGSPEC_AREAL_COMPILE=default (README)."""
+    import importlib
+
+    for module, names in CALLED.items():
+        mod = importlib.import_module(module)
+        for name in names:
+            obj = getattr(mod, name)
+            members = [obj] + [v for v in vars(obj).values() if callable(v)] if isinstance(obj, type) else [obj]
+            for fn in members:
+                fn = getattr(fn, "__func__", fn)
+                assert not hasattr(fn, "_torchdynamo_orig_callable"), f"{module}.{name} is torch.compile'd"
+
+
+def test_compiled_default_path_gives_the_eager_results(monkeypatch):
+    """The compiled default path (PGSPEC_AREAL_COMPILE=default) as a variant, on the cases whose
+    float parameters change from call to call: every output is the eager one, bit for bit."""
+    from pgspec.adapters import areal as areal_adapter
+
+    monkeypatch.setenv("PGSPEC_AREAL_COMPILE", "default")
+    compiled = areal_adapter.make_adapter()
+    monkeypatch.delenv("PGSPEC_AREAL_COMPILE")
+    eager = areal_adapter.make_adapter()
+    assert "torch.compile mode default" in compiled.version and "torch.compile" not in eager.version
+    cases = [c for pat in ("surrogate.*", "loss.bnpo/*", "loss.dapo/*", "is.*", "kl.k*") for c in select_cases(pat)]
+    assert len(cases) > 50
+    for dtype in ("float64", "float32"):
+        for case in cases:
+            a, b = run_case(eager, case, dtype, "cpu"), run_case(compiled, case, dtype, "cpu")
+            assert (a.outcome, a.error, a.message) == (b.outcome, b.error, b.message), (case["id"], dtype)

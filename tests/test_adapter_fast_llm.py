@@ -52,6 +52,25 @@ def test_gspo_is_length_proportional(adapter):
     assert r.outcome == "convention", r.message
 
 
+@needs_source
+@pytest.mark.parametrize("case_id", ["surrogate.gspo_document/three-documents",
+                                     "surrogate.gspo_document/random-packed",
+                                     "surrogate.gspo_document/masked-nan-inf"])
+def test_packed_multi_document_gspo_passes_in_float32(adapter, case_id):
+    """GSPO over packed rows with several documents (one spans two rows in random-packed): the
+    per-document weighted losses and Fast-LLM's hand-written gradient."""
+    r = adapter.run_case(runner.load_case(case_id), "float32", "cpu")
+    assert r.outcome == "pass", r.message
+    assert r.compared > 3
+
+
+@needs_source
+def test_packed_gspo_long_document_float32_accumulation_is_declared(adapter):
+    r = adapter.run_case(runner.load_case("surrogate.gspo_document/scale-8192"), "float32", "cpu")
+    assert r.outcome == "convention", r.message
+    assert "index_add_" in r.declaration["reason"]
+
+
 def test_recorded_reports_name_the_current_corpus():
     from pathlib import Path
 

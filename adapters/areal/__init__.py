@@ -27,12 +27,21 @@ mean of a row whose every token carries the sequence loss is that loss.
 ``KLEstimator`` (no mask argument) gets the log-probs multiplied by the mask, as AReaL's actor does
 before calling it (``old_logp *= loss_mask``); functions with ``loss_mask`` get the canonical inputs as
 they are (NaN/inf at masked positions included), so their masking is what is tested.
+
+torch.compile: none of the AReaL functions above is compiled at the tested commit (AReaL compiles
+only ``gather_logprobs`` / ``gather_logprobs_entropy``, which the adapter does not call), but every
+implementation still runs with TorchDynamo disabled (``torch._dynamo.config.patch(disable=True)``
+around the call), so that no compiled graph could reuse a Python float of an earlier case
+(pytorch #194976 / #197889; README, "torch.compile").  ``PGSPEC_AREAL_COMPILE=default`` runs
+torch's default instead (the version string says so).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
+import os
 from pathlib import Path
 
 from ..base import Adapter, load_deviations, spec_param
@@ -517,14 +526,41 @@ class AReaLAdapter(Adapter):
         return True, ""
 
 
+COMPILE_MODES = ("eager", "default")
+
+
+def compile_mode() -> str:
+    mode = os.environ.get("PGSPEC_AREAL_COMPILE", "eager")
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"PGSPEC_AREAL_COMPILE must be one of {COMPILE_MODES}, got {mode!r}")
+    return mode
+
+
+def _without_dynamo(fn):
+    """``fn`` with TorchDynamo disabled for the call: a ``torch.compile``d function reached from it
+    runs its Python body eagerly (no graph is compiled, so none is reused with a stale float)."""
+
+    @functools.wraps(fn)
+    def run(inputs, params):
+        import torch
+
+        with torch._dynamo.config.patch(disable=True):
+            return fn(inputs, params)
+
+    return run
+
+
 def make_adapter() -> Adapter:
+    mode = compile_mode()
+    impls = dict(IMPLEMENTATIONS) if mode == "default" else {k: _without_dynamo(v) for k, v in IMPLEMENTATIONS.items()}
+    version = _installed_version() or "not installed"
     return AReaLAdapter(
         name="areal",
         framework=FRAMEWORK,
-        version=_installed_version() or "not installed",
+        version=version if mode == "eager" else f"{version}; torch.compile mode {mode}",
         devices=("cpu", "cuda"),
         dtypes=("float64", "float32", "bfloat16"),
-        implementations=dict(IMPLEMENTATIONS),
+        implementations=impls,
         param_map={k: dict(v) for k, v in PARAM_MAP.items()},
         deviations=load_deviations(Path(__file__).with_name("deviations.toml")),
     )

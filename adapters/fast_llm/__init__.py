@@ -16,6 +16,8 @@ is therefore Fast-LLM's hand-written one, never autograd's.
   training divisor, the number of labelled tokens.
 - ``loss.gspo``: ``fused_gspo_loss_forward_backward`` with one document per row and the training
   divisor, the number of documents.  On the PR #502 head: ``grpo.fused_gspo_loss_forward_backward``.
+- ``surrogate.gspo_document``: the same GSPO kernel over the case's packed multi-document rows
+  (its document ids), divisor 1; per-document values from one call per document.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from pgspec.conformance.properties import Unsupported as _PropertyUnsupported
 
 from .._gitsource import Revision, SourceAdapter, source_env
-from ..base import load_deviations
+from ..base import load_deviations, spec_param
 from . import loader
 
 FRAMEWORK = "Fast-LLM"
@@ -60,16 +62,7 @@ def _unsupported(fid, why):
     raise FastLLMUnsupported(f"fast_llm: {fid}: {why}")
 
 
-def _param(params, fid, name):
-    from pgspec.reference import REGISTRY
-
-    value = params[name] if name in params else next(p.default for p in REGISTRY[fid].params if p.name == name)
-    if value is None or isinstance(value, bool):
-        return value
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return value
+_param = spec_param   # every parameter read here is a scalar or a choice (same values as before)
 
 
 def _mods():
@@ -161,7 +154,39 @@ def loss_gspo(inputs, params):
     return {"loss": loss.to(lp.dtype), "grad": {"logprobs": torch.where(m, g, torch.zeros_like(g))}}
 
 
-IMPLEMENTATIONS = {"loss.bnpo": _grpo("loss.bnpo"), "loss.dapo": _grpo("loss.dapo"), "loss.gspo": loss_gspo}
+def surrogate_gspo_document(inputs, params):
+    """GSPO over packed documents: the case's rows and document ids go to Fast-LLM's GSPO kernel as
+    they are (ids renumbered 0..K-1 in increasing order, as Fast-LLM's 0-based document index).
+    ``weighted_loss[s]`` (N_s l_s) is the kernel's loss with only document s labelled; the gradient is
+    the kernel's hand-written one with every document labelled (divisor 1: the sum over documents)."""
+    import torch
+
+    fid = "surrogate.gspo_document"
+    mods = _mods()
+    lp, old, adv, m, target = _inputs(inputs)
+    ids = inputs["document_ids"]
+    seg = sorted({int(x) for x in ids[m].tolist()})
+    index = {s: k for k, s in enumerate(seg)}
+    docs = torch.tensor([[index.get(int(x), 0) if keep else 0 for x, keep in zip(row, mrow)]
+                         for row, mrow in zip(ids.tolist(), m.tolist())], dtype=torch.int64)
+    counts = torch.zeros(max(len(seg), 1), dtype=torch.int32).index_add_(
+        0, docs[m], torch.ones(int(m.sum()), dtype=torch.int32))
+    n_per_tok = torch.where(m, counts[docs], torch.zeros_like(counts[docs]))
+    lo, hi = _param(params, fid, "eps_low"), _param(params, fid, "eps_high")
+    logits = _logits(lp)
+    weighted = []
+    for k in range(len(seg)):
+        only = torch.where(m & (docs == k), target, torch.full_like(target, -100))
+        loss_k, _ = loader.gspo_packed(mods, logits, only, adv, old, docs, n_per_tok, len(seg) or 1, lo, hi, False)
+        weighted.append(loss_k.reshape(()))
+    _, grad_logits = loader.gspo_packed(mods, logits, target, adv, old, docs, n_per_tok, len(seg) or 1, lo, hi, True)
+    g = _to_lp(grad_logits, lp) if grad_logits is not None else torch.zeros_like(lp)
+    out = torch.stack(weighted).to(lp.dtype) if weighted else torch.zeros(0, dtype=lp.dtype)
+    return {"weighted_loss": out, "grad": {"logprobs": torch.where(m, g, torch.zeros_like(g))}}
+
+
+IMPLEMENTATIONS = {"loss.bnpo": _grpo("loss.bnpo"), "loss.dapo": _grpo("loss.dapo"), "loss.gspo": loss_gspo,
+                   "surrogate.gspo_document": surrogate_gspo_document}
 
 
 class FastLLMAdapter(SourceAdapter):

@@ -40,10 +40,12 @@ def load(src: Path) -> dict:
                            "(pass --python or set PGSPEC_FAST_LLM_PYTHON: adapters/fast_llm/README.md)")
     import torch
 
-    # GRPO's combinable_forward_backward is @torch.compile'd.  Its inputs never require grad here
-    # (Fast-LLM computes the gradient by hand), the precondition of the stale-float trap (pytorch
-    # #194976 / #197889), but the adapter still runs it eagerly by default so that no compiled
-    # graph can carry a float across cases; PGSPEC_FAST_LLM_COMPILE=default keeps torch's default.
+    # GRPO's combinable_forward_backward and GSPO's forward core, segment weights, segment loss
+    # (epsilons as Python floats) and backward core are @torch.compile'd (README).  Their inputs
+    # never require grad here (Fast-LLM computes the gradient by hand), the precondition of the
+    # stale-float trap (pytorch #194976 / #197889), but the adapter still runs them eagerly by
+    # default so that no compiled graph can carry a float across cases;
+    # PGSPEC_FAST_LLM_COMPILE=default keeps torch's default.
     if compile_mode() == "eager":
         torch._dynamo.config.disable = True
     sys.path.insert(0, str(src))
@@ -98,4 +100,22 @@ def gspo(mods, logits, target, adv, old, docs, mask, num_docs, lo, hi):
         logits.reshape(-1, V), target.reshape(-1), adv.reshape(-1), old.reshape(-1), docs.reshape(-1),
         grad_output=1.0, epsilon_low=lo, epsilon_high=hi, num_labels_in_seq=n_per_doc.reshape(-1),
         divisor=float(max(int(mask.sum()), 1)))
+    return loss, grad_logits.reshape(logits.shape) if grad_logits is not None else None
+
+
+def gspo_packed(mods, logits, target, adv, old, docs, n_per_tok, num_docs, lo, hi, grad):
+    """(loss, grad_logits) of Fast-LLM's GSPO kernel over packed rows: ``docs`` holds each token's
+    0-based document index (documents may span rows), ``n_per_tok`` its document's labelled-token
+    count; divisor 1, so the loss is Fast-LLM's undivided sum over documents of n_s times the
+    document loss.  ``grad``: whether to ask for the hand-written gradient."""
+    g = 1.0 if grad else None
+    if mods["revision"] == "main":
+        loss, grad_logits, _ = mods["pg"].fused_gspo_loss_forward_backward(
+            logits, target, adv, old, docs, num_docs, divisor=1.0, num_labels_in_seq=n_per_tok,
+            grad_output=g, epsilon_low=lo, epsilon_high=hi)
+        return loss, grad_logits
+    V = logits.shape[-1]
+    loss, grad_logits, _ = mods["grpo"].fused_gspo_loss_forward_backward(
+        logits.reshape(-1, V), target.reshape(-1), adv.reshape(-1), old.reshape(-1), docs.reshape(-1),
+        grad_output=g, epsilon_low=lo, epsilon_high=hi, num_labels_in_seq=n_per_tok.reshape(-1), divisor=1.0)
     return loss, grad_logits.reshape(logits.shape) if grad_logits is not None else None

@@ -26,7 +26,7 @@ from pathlib import Path
 from pgspec.conformance.properties import Unsupported as _PropertyUnsupported
 
 from .._gitsource import Revision, SourceAdapter, source_env
-from ..base import load_deviations
+from ..base import load_deviations, spec_param
 from . import loader
 
 FRAMEWORK = "Megatron-LM RL"
@@ -56,16 +56,7 @@ def _fns():
     return loader.load(src)
 
 
-def _param(params, fid, name):
-    from pgspec.reference import REGISTRY
-
-    value = params[name] if name in params else next(p.default for p in REGISTRY[fid].params if p.name == name)
-    if value is None or isinstance(value, bool):
-        return value
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return value
+_param = spec_param   # every parameter read here is a scalar or a choice (same values as before)
 
 
 def _compute(x):
