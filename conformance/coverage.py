@@ -264,6 +264,160 @@ def table(rows: dict[str, Row]) -> str:
     return "\n".join(lines)
 
 
+
+# Error coverage: every SpecError the reference raises has an expected-error golden case ------------
+#
+# A site is a ``raise SpecError(...)`` or a ``require(...)`` call in reference/*.py.  Which case
+# reaches which site is not written down: each expected-error case is evaluated by the reference and
+# the innermost reference frame of the SpecError it raises names the site.  A site that no case
+# reaches must be listed in ``NOT_DATA`` with the reason no golden case can reach it.
+
+# (file, function, a fragment of the site's source) -> why no golden case can reach those SpecError sites
+NOT_DATA = {
+    ("_evaluate.py", "evaluate", "SpecError"): "API misuse (formula_id, params or inputs not of their types, dps), "
+                                               "not data: a golden case always has a formula ID string, a params "
+                                               "object and an inputs object",
+    ("_evaluate.py", "check_params", "params must be a dict"): "params not a dict: a golden case's params are "
+                                                               "always a JSON object",
+    ("_evaluate.py", "convert_inputs", "unknown input"): "the golden format stores each input by its registry "
+                                                         "declaration (spec/golden-format.md), so a case cannot "
+                                                         "hold an unknown input name",
+    ("_evaluate.py", "_leaf", "must be a real number"): "the golden format stores a real input as decimal strings "
+                                                         "(spec/golden-format.md), so a case cannot hold a "
+                                                         "non-number there",
+    ("_evaluate.py", "_check_leaves", "SpecError"): "the element type of a bool or int input (a mask holding "
+                                                    "1): the runner gives an adapter tensors of the declared "
+                                                    "dtype, so no adapter could be seen to reject it",
+    ("_registry.py", "get", "unknown formula ID"): "a golden case names a registered formula",
+    ("agg.py", "_check_eps", "SpecError"): "shadowed: every eps parameter is a registry Param with lo = 0, not "
+                                           "nullable, whose range check rejects a negative or null eps first "
+                                           "(cases error-eps-below)",
+    ("agg.py", "constant", "SpecError"): "shadowed: 'divisor' is a RequiredRealParam (> 0) and 'divide_by' a "
+                                         "choice parameter; the registry checks reject null, <= 0 and unknown "
+                                         "choices first (cases error-divisor-null, error-divisor-below, "
+                                         "error-divide-by-choice)",
+    ("agg.py", "prompt_mean", "missing input 'group_ids'"): "shadowed: agg.prompt_mean declares group_ids a "
+                                                            "required input (case error-missing-group-ids)",
+    ("agg.py", "document_mean", "missing input 'document_ids'"): "shadowed: agg.document_mean declares "
+                                                                 "document_ids a required input",
+    ("agg.py", "full_denominators", "SpecError"): "shadowed: dist.* formulas check the aggregator's ids "
+                                                  "(dist._require_ids) and its choice parameter before computing "
+                                                  "the whole-batch denominators",
+}
+_SITE_TEXT: dict = {}
+
+
+def not_data(site) -> str | None:
+    """Why no golden case can reach this site (NOT_DATA), or None."""
+    name, _, func = site
+    text = _SITE_TEXT.get(site, "")
+    for (n, f, fragment), why in NOT_DATA.items():
+        if n == name and f == func and fragment in text:
+            return why
+    return None
+
+
+def _own_nodes(fn):
+    """The nodes of a function's body, not those of functions defined inside it."""
+    import ast
+
+    todo = list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        yield node
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def error_sites() -> list[tuple[str, int, str]]:
+    """(file, line, function) of every SpecError site in reference/*.py."""
+    import ast
+    from pathlib import Path
+
+    import pgspec.reference as ref
+
+    out = []
+    for path in sorted(Path(ref.__file__).parent.glob("*.py")):
+        source = path.read_text()
+        tree = ast.parse(source)
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name == "require":
+                continue   # require's own raise is the mechanism: each require(...) call is a site
+            for node in _own_nodes(fn):
+                call = node.exc if isinstance(node, ast.Raise) else node
+                if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
+                    continue
+                if (isinstance(node, ast.Raise) and call.func.id == "SpecError") or \
+                        (not isinstance(node, ast.Raise) and call.func.id == "require"):
+                    site = (path.name, node.lineno, fn.name)
+                    _SITE_TEXT[site] = ast.get_source_segment(source, node) or ""
+                    if site not in out:
+                        out.append(site)
+    return sorted(set(out))
+
+
+def _site_of(exc, sites) -> tuple[str, int, str] | None:
+    """The site whose statement holds the innermost reference frame (other than require) of ``exc``."""
+    import os
+
+    import pgspec.reference as ref
+
+    root = os.path.dirname(ref.__file__)
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if os.path.dirname(code.co_filename) == root and code.co_name != "require":
+            frames.append((os.path.basename(code.co_filename), tb.tb_lineno, code.co_name))
+        tb = tb.tb_next
+    for name, line, func in reversed(frames):
+        best = [s for s in sites if s[0] == name and s[2] == func and s[1] <= line]
+        if best:
+            return max(best, key=lambda s: s[1])
+    return None
+
+
+def error_coverage(cases=None) -> tuple[dict, list[str]]:
+    """(site -> expected-error case IDs reaching it, problems): a problem is a site no case reaches
+    (and not in NOT_DATA), or an expected-error case the reference does not reject."""
+    from pgspec.reference import SpecError
+
+    from . import golden
+    from .runner import case_inputs
+
+    cases = golden.load_all() if cases is None else cases
+    sites = error_sites()
+    hits: dict = {s: [] for s in sites}
+    bad = []
+    for c in cases:
+        if not c.get("expect_error"):
+            continue
+        try:
+            _evaluate(c["formula"], case_inputs(c), c["params"])
+        except SpecError as e:
+            site = _site_of(e, sites)
+            if site is None:
+                bad.append(f"{c['id']}: SpecError from no known site: {e}")
+            else:
+                hits[site].append(c["id"])
+            continue
+        bad.append(f"{c['id']}: the reference does not reject it")
+    for s, ids in hits.items():
+        if not ids and not_data(s) is None:
+            bad.append(f"reference/{s[0]}:{s[1]} ({s[2]}): no expected-error golden case reaches this SpecError")
+    return hits, bad
+
+
+def error_table(hits: dict) -> str:
+    lines = [f"{'site':34s} {'cases':>5s}  example"]
+    for (name, line, func), ids in hits.items():
+        why = not_data((name, line, func))
+        lines.append(f"{name + ':' + str(line) + ' ' + func:34s} {len(ids):5d}  "
+                     + (ids[0] if ids else f"(none: {why})" if why else "(none)  <- no case"))
+    return "\n".join(lines)
+
+
 def main() -> int:
     rows = coverage()
     print(table(rows))
@@ -275,6 +429,16 @@ def main() -> int:
             print("  " + p)
         return 1
     print(f"every bounding parameter side binds in some case and not in another ({len(rows)} rows)")
+    hits, bad = error_coverage()
+    print()
+    print(error_table(hits))
+    print()
+    if bad:
+        print(f"{len(bad)} error-coverage problem(s):")
+        for p in bad:
+            print("  " + p)
+        return 1
+    print(f"every reference SpecError site is reached by an expected-error case ({len(hits)} sites)")
     return 0
 
 

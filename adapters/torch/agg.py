@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from pgspec.reference import REGISTRY
+from pgspec.reference import REGISTRY, SpecError
 
 
 def param(fid, params, name):
@@ -60,11 +60,26 @@ def count_nonempty(counts, count_empty):
     return torch.as_tensor(counts.numel(), device=counts.device) if count_empty else (counts > 0).sum()
 
 
+def check_global(fid, name, given, local, what):
+    """A global count must cover the batch at hand (spec/agg.md, Scope: a global count smaller than the
+    count in the batch at hand is an error); ``given`` and ``local`` broadcast elementwise."""
+    if given is not None and bool((given < local).any()):
+        raise SpecError(f"{fid}: parameter {name!r} = {given.tolist()} is smaller than the {what} in this batch "
+                        f"({local.tolist()}); a global count covers this batch and more")
+
+
+def check_length(fid, name, given, B):
+    if given is not None and (given.dim() != 1 or given.shape[0] != B):
+        raise SpecError(f"{fid}: parameter {name!r} must have one entry per sequence (B={B}), "
+                        f"got shape {list(given.shape)}")
+
+
 # The aggregators ---------------------------------------------------------------------------------
 def token_mean(inputs, params):
     fid = "agg.token_mean"
     v, m = inputs["values"], inputs["mask"]
     n_tok = as_count(param(fid, params, "num_tokens"), v.device)
+    check_global(fid, "num_tokens", n_tok, m.sum(), "number of unmasked tokens")
     if n_tok is None:
         n_tok = m.sum()
     den = n_tok.to(v.dtype) + as_real(param(fid, params, "eps"), v.dtype, v.device)
@@ -75,11 +90,15 @@ def sample_mean(inputs, params):
     fid = "agg.sample_mean"
     v, m = inputs["values"], inputs["mask"]
     D = as_count(param(fid, params, "sequence_token_counts"), v.device)
+    check_length(fid, "sequence_token_counts", D, m.shape[0])
+    check_global(fid, "sequence_token_counts", D, sequence_lengths(m), "unmasked tokens of each sequence")
     if D is None:
         D = sequence_lengths(m)
     n = as_count(param(fid, params, "num_sequences"), v.device)
+    local = count_nonempty(D, param(fid, params, "count_empty_sequences"))
+    check_global(fid, "num_sequences", n, local, "number of counted sequences")
     if n is None:
-        n = count_nonempty(D, param(fid, params, "count_empty_sequences"))
+        n = local
     eps_l = as_real(param(fid, params, "eps_length"), v.dtype, v.device)
     eps_n = as_real(param(fid, params, "eps_count"), v.dtype, v.device)
     per_sequence = divide(masked(v, m).sum(-1), D.to(v.dtype) + eps_l)
@@ -90,8 +109,10 @@ def seq_mean_token_sum(inputs, params):
     fid = "agg.seq_mean_token_sum"
     v, m = inputs["values"], inputs["mask"]
     n = as_count(param(fid, params, "num_sequences"), v.device)
+    local = count_nonempty(sequence_lengths(m), param(fid, params, "count_empty_sequences"))
+    check_global(fid, "num_sequences", n, local, "number of counted sequences")
     if n is None:
-        n = count_nonempty(sequence_lengths(m), param(fid, params, "count_empty_sequences"))
+        n = local
     return {"value": divide(masked(v, m).sum(), n.to(v.dtype))}
 
 
@@ -106,8 +127,10 @@ def constant(inputs, params):
     if param(fid, params, "divide_by") == "K":
         return {"value": token_sum / K}
     n = as_count(param(fid, params, "num_sequences"), v.device)
+    local = count_nonempty(sequence_lengths(m), param(fid, params, "count_empty_sequences"))
+    check_global(fid, "num_sequences", n, local, "number of counted sequences")
     if n is None:
-        n = count_nonempty(sequence_lengths(m), param(fid, params, "count_empty_sequences"))
+        n = local
     return {"value": divide(token_sum, K * n.to(v.dtype))}
 
 
@@ -124,23 +147,33 @@ def prompt_mean(inputs, params):
     row_sums = masked(v, m).sum(-1)
     group_sums = torch.zeros(G, dtype=v.dtype, device=v.device).index_add(0, inv, row_sums)
     given = as_count(param(fid, params, "group_token_counts"), v.device)
+    local = torch.zeros(G, dtype=torch.long, device=v.device).index_add(0, inv, sequence_lengths(m))
     if given is None:
-        D = torch.zeros(G, dtype=torch.long, device=v.device).index_add(0, inv, sequence_lengths(m))
+        D = local
     else:   # the same count for every member of a group: any member's entry
+        check_length(fid, "group_token_counts", given, m.shape[0])
         D = torch.zeros(G, dtype=torch.long, device=v.device).scatter(0, inv, given)
+        if bool((D[inv] != given).any()):
+            raise SpecError(f"{fid}: parameter 'group_token_counts' must be the same for every sequence of a "
+                            f"group, got {given.tolist()} for group_ids {g.tolist()}")
+        check_global(fid, "group_token_counts", D, local, "unmasked tokens of each group")
     per_group = divide(group_sums, D.to(v.dtype))
     if param(fid, params, "step_divisor") == "sequences":   # slime #2090: / step_global_batch_size
         if param(fid, params, "num_groups") is not None:
             raise ValueError("agg.prompt_mean: parameter 'num_groups' must be null with step_divisor='sequences'")
         n_seq = as_count(param(fid, params, "num_sequences"), v.device)
+        B = torch.as_tensor(m.shape[0], device=v.device)
+        check_global(fid, "num_sequences", n_seq, B, "number of sequences")
         if n_seq is None:
-            n_seq = torch.as_tensor(m.shape[0], device=v.device)
+            n_seq = B
         return {"value": divide(per_group.sum(), n_seq.to(v.dtype))}
     if param(fid, params, "num_sequences") is not None:
         raise ValueError("agg.prompt_mean: parameter 'num_sequences' applies only to step_divisor='sequences'")
     n_grp = as_count(param(fid, params, "num_groups"), v.device)
+    local_groups = count_nonempty(D, param(fid, params, "count_empty_groups"))
+    check_global(fid, "num_groups", n_grp, local_groups, "number of counted groups")
     if n_grp is None:
-        n_grp = count_nonempty(D, param(fid, params, "count_empty_groups"))
+        n_grp = local_groups
     return {"value": divide(per_group.sum(), n_grp.to(v.dtype))}
 
 
@@ -151,12 +184,26 @@ def document_mean(inputs, params):
     ids, inv = torch.unique(docs, sorted=True, return_inverse=True)
     K = ids.numel()
     doc_sums = torch.zeros(K, dtype=v.dtype, device=v.device).index_add(0, inv, v[m])
-    given = as_count(param(fid, params, "document_token_counts"), v.device)
+    raw = param(fid, params, "document_token_counts")
+    given = as_count(raw, v.device)
+    local = torch.bincount(inv, minlength=K)
     if given is None:
-        N = torch.bincount(inv, minlength=K)
+        N = local
     else:   # N_d broadcast to the tokens of document d: any of its unmasked tokens' entry
+        if tuple(given.shape) != tuple(m.shape):
+            raise SpecError(f"{fid}: parameter 'document_token_counts' must have the shape of 'mask' "
+                            f"{list(m.shape)}, got {list(given.shape)}")
+        if isinstance(raw, (list, tuple)) and any(c is None for row, mrow in zip(raw, m.tolist())
+                                                  for c, keep in zip(row, mrow) if keep):
+            raise SpecError(f"{fid}: parameter 'document_token_counts' must hold an integer at every unmasked "
+                            f"token (null only at masked positions)")
         N = torch.zeros(K, dtype=torch.long, device=v.device).scatter(0, inv, given[m])
+        if bool((N[inv] != given[m]).any()):
+            raise SpecError(f"{fid}: parameter 'document_token_counts' must hold the same integer at every "
+                            f"unmasked token of a document")
+        check_global(fid, "document_token_counts", N, local, "unmasked tokens of each document")
     n_doc = as_count(param(fid, params, "num_documents"), v.device)
+    check_global(fid, "num_documents", n_doc, torch.as_tensor(K, device=v.device), "number of documents")
     if n_doc is None:
         n_doc = torch.as_tensor(K, device=v.device)
     return {"value": divide((doc_sums / N.to(v.dtype)).sum(), n_doc.to(v.dtype))}

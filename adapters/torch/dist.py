@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import torch
 
+from pgspec.reference import SpecError
+
 from . import agg as A
+from ._validate import check_parameters
 from .agg import param
 
 
@@ -32,6 +35,14 @@ def owner_map(mask, cp_size, layout, ownership, sequence_lengths=None, max_seq_l
                                                                                               device=dev)
     else:
         n = torch.as_tensor(sequence_lengths, dtype=torch.long, device=dev)
+        last = torch.where(mask, pos + 1, torch.zeros_like(pos)).amax(-1) if T else torch.zeros(B, dtype=torch.long,
+                                                                                                 device=dev)
+        if n.dim() != 1 or n.shape[0] != B:
+            raise SpecError(f"dist.cp_split: parameter 'sequence_lengths' must have one entry per sequence (B={B}), "
+                            f"got {sequence_lengths}")
+        if bool(((n < last) | (n > T)).any()):
+            raise SpecError(f"dist.cp_split: parameter 'sequence_lengths' = {sequence_lengths}: each n_i must lie in "
+                            f"[1 + the last unmasked position, T={T}]")
     two_c = 2 * cp_size
     if layout == "thd":
         c = (n + two_c - 1) // two_c
@@ -88,9 +99,20 @@ def gather_rank(inputs, params, selected):
     return local, {name: take(x) for name, x in params.items()}
 
 
+def check_micro_batches(fid, sizes, B):
+    if any(int(k) < 1 for k in sizes) or sum(int(k) for k in sizes) != B:
+        raise SpecError(f"{fid}: parameter 'micro_batch_sizes' must be positive integers summing to B={B}, "
+                        f"got {list(sizes)}")
+
+
 def _aggregator(params):
     aggregator = param("dist.cp_reduce", params, "aggregator")
-    return aggregator, dict(params.get("agg_params") or {})
+    agg_params = dict(params.get("agg_params") or {})
+    try:
+        check_parameters(aggregator, agg_params)
+    except SpecError as e:
+        raise SpecError(f"parameter 'agg_params': {e}") from None
+    return aggregator, agg_params
 
 
 def cp_reduce(inputs, params):
@@ -123,6 +145,7 @@ def accumulate(inputs, params):
     fn = A.IMPLEMENTATIONS[aggregator]
     B = inputs["mask"].shape[0]
     sizes = params.get("micro_batch_sizes") or [1] * B
+    check_micro_batches("dist.accumulate", sizes, B)
     M = len(sizes)
     full = A.full_denominators(aggregator, inputs, agg_params)
     local = dict(agg_params, **{name: None for name in A.DENOMINATOR_PARAMS[aggregator]})
@@ -171,6 +194,7 @@ def docs_per_step(inputs, params):
     v, m, docs = inputs["values"], inputs["mask"], inputs["document_ids"]
     B = m.shape[0]
     sizes = param(fid, params, "micro_batch_sizes") or [1] * B
+    check_micro_batches(fid, sizes, B)
     target = int(param(fid, params, "docs_per_step"))
     starts = [sum(sizes[:k]) for k in range(len(sizes))]
     counts, seen = [], set()

@@ -11,6 +11,8 @@ from fractions import Fraction
 
 import torch
 
+from pgspec.reference import SpecError
+
 from .is_ import _broadcast, _check_bounds, choice, in_band, param
 
 
@@ -86,6 +88,8 @@ def entropy_quantile(inputs, params):
     fid = "mask.entropy_quantile"
     rho = choice(fid, params, "top_entropy_quantile")
     H, m = inputs["entropy"], inputs["mask"]
+    if bool((H[m] < 0).any()):
+        raise SpecError(f"{fid}: input 'entropy' must be >= 0 (an entropy) at every unmasked position")
     values = torch.sort(H[m]).values      # the unmasked entropies of the whole batch, ascending
     n = values.numel()
     if n == 0:

@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from pgspec.reference import REGISTRY
+from pgspec.reference import REGISTRY, SpecError
 
 
 def _param(params, fid, name):
@@ -114,6 +114,10 @@ def pg(inputs, params):
     fid = "surrogate.pg"
     a = token_advantages(inputs)
     if _param(params, fid, "form") == "logprob":
+        if inputs.get("old_logprobs") is not None:
+            raise SpecError(f"{fid}: input 'old_logprobs' is not read by form='logprob'; omit it or use form='ratio'")
+        if _param(params, fid, "log_ratio_clamp") is not None:
+            raise SpecError(f"{fid}: parameter 'log_ratio_clamp' has no meaning for form='logprob'; it must be null")
         return {"loss": -a * _selected(inputs, "logprobs")}
     if inputs.get("old_logprobs") is None:
         lp = _selected(inputs, "logprobs")
@@ -184,6 +188,8 @@ def cispo(inputs, params):
     fid = "surrogate.cispo"
     cap_form = _param(params, fid, "cap_form")
     eps_low, eps_high = _param(params, fid, "eps_low"), _param(params, fid, "eps_high")
+    if cap_form == "absolute" and eps_low is not None:
+        raise SpecError(f"{fid}: parameter 'eps_low' applies only to cap_form='relative'; it must be null")
     r = torch.exp(_clamp(log_ratio(inputs, detach=True), _param(params, fid, "log_ratio_clamp")))
     if cap_form == "absolute":
         w = torch.clamp(r, max=eps_high)

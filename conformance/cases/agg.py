@@ -276,4 +276,24 @@ def cases():
     ]
     for fid in IDS:
         out += common(fid)
+    return out + counts_equal_to_local()
+
+
+def counts_equal_to_local():
+    """Global counts exactly equal to the batch's own (the smallest a global count may be: 'integer >=
+    the local count' is closed): accepted, and the value is the one with null counts."""
+    counted = "every global count equal to the local one (the least allowed): the value of the null counts"
+    qd = [[2, 2, 2, None], [2, 1, None, None], [3, 3, 3, 1]]
+    rows = [("agg.token_mean", {"num_tokens": 9}),
+            ("agg.sample_mean", {"sequence_token_counts": [3, 2, 4], "num_sequences": 3}),
+            ("agg.seq_mean_token_sum", {"num_sequences": 3}),
+            ("agg.constant", {"divisor": 16, "num_sequences": 3}),
+            ("agg.prompt_mean", {"group_token_counts": [5, 5, 4], "num_groups": 2}),
+            ("agg.prompt_mean", {"step_divisor": "sequences", "num_sequences": 3}),
+            ("agg.document_mean", {"document_token_counts": qd, "num_documents": 5})]
+    out = []
+    for fid, params in rows:
+        slug = "counts-equal-local" + ("-sequences" if params.get("step_divisor") == "sequences" else "")
+        out.append(Case(f"{fid}/{slug}", fid, "edge", f"{counted} ({', '.join(f'{k} {v}' for k, v in params.items())})",
+                        {"values": Q, "mask": QM, **extra(fid)}, params))
     return out

@@ -44,6 +44,11 @@ def cp_split_cases():
         Case(f"{fid}/slime-c2", fid, "example",
              "slime, T = 12, prompt 4, C = 2: c = 3; tokens 4..9 (logits 3..8) on rank 1, tokens 10, 11 on rank 0",
              {"mask": MASK12}, {"cp_size": 2}),
+        Case(f"{fid}/sequence-lengths-at-their-bounds", fid, "edge",
+             "sequence_lengths at both ends of their range [1 + last unmasked position, T]: n = (3, 6) in a width "
+             "T = 6, ownership 'position', C = 2: chunks of 1 and 2",
+             {"mask": [[False, True, True, False, False, False], [False, True, True, True, True, False]]},
+             {"cp_size": 2, "ownership": "position", "sequence_lengths": [3, 6]}),
         Case(f"{fid}/position-sequence-length", fid, "example",
              "ownership 'position', n = 6 given, C = 2: chunks of 2, positions 1 and 2 on ranks 0 and 1",
              {"mask": [[False, True, True, False, False, False]]},

@@ -388,6 +388,14 @@ def options(fid):
         out.append(case(fid, f"kl-{est}", "edge",
                         f"beta 0.25 with kl.{est} of x = l_ref - l, added after the factors, aggregated with the policy "
                         "term", base, params))
+    for sg in (True, False):
+        out.append(case(fid, f"kl-k3_unbiased-input-clamp-{'sg' if sg else 'live'}-ratio", "edge",
+                        "beta 0.25, kl.k3_unbiased with the input clamp [-0.125, 0.25] binding on both sides "
+                        "(x = l_ref - l = 0.5 and -0.25 in sequence 1, -0.25 in sequence 2) and "
+                        f"kl_sg_ratio_where_clamped {str(sg).lower()}: where the clamp is active the KL gradient is "
+                        + ("0 (the ratio's gradient stopped)" if sg else "w k3(clip(x)) (the ratio's gradient live)"),
+                        base, {"beta": 0.25, "kl_estimator": "k3_unbiased", "kl_log_ratio_min": -0.125,
+                               "kl_log_ratio_max": 0.25, "kl_sg_ratio_where_clamped": sg}))
     ext = extreme(200.0)
     ext["ref_logprobs"] = [[-200.0, -201.0], [0.0, -1.0], [0.0, -1.0], [-200.0, -201.0]]
     if fid == "loss.minirl":
