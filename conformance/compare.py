@@ -52,10 +52,11 @@ def to_tensors(formula_id: str, inputs: dict, dtype: str, device: str):
     for name, value in inputs.items():
         kind = f.input(name).kind
         # through numpy: the same values as torch.tensor(nested list), built several times faster
+        # (np.array copies: the tensors never share memory with the caller's arrays, see runner.case_arrays)
         if kind == "bool":
-            t = torch.from_numpy(np.asarray(value, dtype=np.bool_)).to(device)
+            t = torch.from_numpy(np.array(value, dtype=np.bool_)).to(device)
         elif kind == "int":
-            t = torch.from_numpy(np.asarray(value, dtype=np.int64)).to(device)
+            t = torch.from_numpy(np.array(value, dtype=np.int64)).to(device)
         else:
             # golden inputs are bfloat16-exact: float64 -> dtype is exact
             t = torch.from_numpy(np.array(value, dtype=np.float64)).to(device=device, dtype=tdtype)
@@ -157,6 +158,7 @@ class Prepared:
     scalar: bool = False          # a single element at path ()
     shape: tuple | None = None    # the reference's shape (not for per-token outputs at positions)
     token: bool = False           # stored at (b, t) positions of a scale case
+    mp: dict | None = None        # element -> (ref, scale) as mpmath tuples, for _exact (filled lazily)
 
 
 def _hi_lo(r):
@@ -330,7 +332,72 @@ def _gather(got, prep: Prepared):
 
 
 def _exact(value, prep, k, family, dtype):
+    """tolerance.compare(value, ref[k], scale[k], family, dtype), evaluated with mpmath's low-level
+    functions on the reference and scale converted once (the same operations at the same precision
+    and rounding, so the same Comparison bit for bit; tests/test_compare.py checks it against
+    tolerance.compare).  Booleans, non-finite values and other types go to tolerance.compare."""
+    if _MODE == "fast" and type(value) is float and math.isfinite(value):
+        conv = prep.mp
+        if conv is None:
+            conv = prep.mp = {}
+        c = conv.get(k)
+        if c is None:
+            c = conv[k] = _mp_pair(prep.refs[k], prep.scales[k])
+        if c is not False:
+            return _compare_mp(value, c[0], c[1], family, dtype)
     return tolerance.compare(value, prep.refs[k], prep.scales[k], family, dtype)
+
+
+_PREC = libmp.dps_to_prec(tolerance.COMPARE_DPS)   # tolerance.compare's working precision (mp.workdps)
+_RND = libmp.round_nearest
+
+
+def _to_mpf(x):
+    """``mpf(x)`` at tolerance.compare's precision as a raw tuple (None: a type handled there only)."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, str):
+        try:
+            return libmp.from_str(x, _PREC, _RND)
+        except ValueError:
+            return None
+    if type(x) is mpf:
+        sign, man, exp, bc = x._mpf_
+        if not man and exp:
+            return None                                   # nan, +inf, -inf
+        return libmp.normalize(sign, man, exp, bc, _PREC, _RND)
+    return None
+
+
+def _mp_pair(ref, scale):
+    """(ref, scale) as mpmath tuples at the comparison's precision, or False when tolerance.compare
+    must decide (a boolean, a non-finite reference or scale, another type)."""
+    r = _to_mpf(ref)
+    if r is None or (r[1] == 0 and r[2]) or r in (libmp.finf, libmp.fninf, libmp.fnan):
+        return False
+    if scale is None:
+        s = libmp.mpf_abs(r, _PREC, _RND)
+    else:
+        s = _to_mpf(scale)
+        if s is None:
+            return False
+    return r, s
+
+
+_KU: dict = {}
+
+
+def _compare_mp(g: float, r, s, family, dtype) -> tolerance.Comparison:
+    ku = _KU.get((family, dtype))
+    if ku is None:
+        with mp.workdps(tolerance.COMPARE_DPS):
+            ku = _KU[(family, dtype)] = ((tolerance.K[family] * tolerance.UNIT_ROUNDOFF[dtype])._mpf_,
+                                         tolerance.FLOOR[dtype]._mpf_)
+    b = libmp.mpf_add(libmp.mpf_mul(ku[0], s, _PREC, _RND), ku[1], _PREC, _RND)
+    err = libmp.mpf_abs(libmp.mpf_sub(libmp.from_float(g, _PREC, _RND), r, _PREC, _RND), _PREC, _RND)
+    ratio = libmp.mpf_div(err, b, _PREC, _RND)
+    return tolerance.Comparison(libmp.mpf_cmp(err, b) <= 0, libmp.to_float(err, rnd=_RND),
+                                libmp.to_float(b, rnd=_RND), libmp.to_float(ratio, rnd=_RND))
 
 
 def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_failure: bool = False) -> Outcome:
