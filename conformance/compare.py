@@ -249,6 +249,12 @@ def prepare(ref, scale, positions=None) -> Prepared:
         index = (np.array([p[0] for p in paths], dtype=np.int64), np.array([p[1] for p in paths], dtype=np.int64))
         shape_ok, scalar = True, False
     else:
+        fast = _prepare_strings(ref, scale)
+        if fast is not None:
+            if len(_PREPARED) > _PREPARED_MAX:
+                _PREPARED.clear()
+            _PREPARED[key] = (ref, scale, positions, fast)
+            return fast
         flat_scale = dict(_flat(scale)) if scale is not None else {}
         paths, refs, scales = [], [], []
         for path, r in _flat(ref):
@@ -286,6 +292,55 @@ def prepare(ref, scale, positions=None) -> Prepared:
         _PREPARED.clear()
     _PREPARED[key] = (ref, scale, positions, prep)
     return prep
+
+
+def _prepare_strings(ref, scale) -> Prepared | None:
+    """``prepare`` for the common case, with the nested lists walked by numpy: a rectangular (at
+    least one-dimensional) reference of decimal strings (nulls allowed) whose float64 values are all
+    finite, and no scale or a scale of the same shape of decimal strings.  The same Prepared as the
+    general path; None (use the general path) for anything else."""
+    shp = _shape(ref)
+    if not shp or (scale is not None and _shape(scale) != shp):
+        return None
+    try:
+        arr = np.array(ref, dtype=object)
+        if arr.shape != shp:
+            return None
+        flat = arr.reshape(-1)
+        keep = np.fromiter((x is not None for x in flat), dtype=bool, count=flat.size)
+        refs = flat[keep].tolist()
+        if any(type(x) is not str for x in refs):
+            return None
+        if scale is None:
+            scales = [None] * len(refs)
+        else:
+            sarr = np.array(scale, dtype=object)
+            if sarr.shape != shp:
+                return None
+            scales = sarr.reshape(-1)[keep].tolist()
+            if any(type(x) is not str for x in scales):
+                return None
+        his = [float(r) for r in refs]
+        r_hi = np.array(his, dtype=np.float64)
+        if not np.isfinite(r_hi).all():
+            return None
+        dec, sub = Decimal, _DEC.subtract
+        diffs = [sub(dec(r), dec(h)) for r, h in zip(refs, his)]
+        if not all(d.is_finite() for d in diffs):
+            return None
+        r_lo = np.array([float(d) for d in diffs], dtype=np.float64)
+        exact = np.array([d == 0 for d in diffs], dtype=bool)
+        s = np.abs(r_hi) if scale is None else np.array([float(x) for x in scales], dtype=np.float64)
+    except (ArithmeticError, ValueError, TypeError, OverflowError):
+        return None
+    n = len(refs)
+    kind = np.full(n, _KIND_REAL, dtype=np.int8)
+    kind[~np.isfinite(s)] = _KIND_SPECIAL
+    index = np.nonzero(keep.reshape(shp))
+    index = tuple(i.astype(np.int64, copy=False) for i in index)
+    paths = list(zip(*[i.tolist() for i in index])) if n else []
+    return Prepared(paths, refs, scales, kind, r_hi, r_lo, exact, s, np.zeros(n, dtype=bool), index, False,
+                    shp, False)
 
 
 # ------------------------------------------------------------------------------------------------
