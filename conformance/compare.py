@@ -294,50 +294,87 @@ def prepare(ref, scale, positions=None) -> Prepared:
     return prep
 
 
-def _prepare_strings(ref, scale) -> Prepared | None:
-    """``prepare`` for the common case, with the nested lists walked by numpy: a rectangular (at
-    least one-dimensional) reference of decimal strings (nulls allowed) whose float64 values are all
-    finite, and no scale or a scale of the same shape of decimal strings.  The same Prepared as the
-    general path; None (use the general path) for anything else."""
-    shp = _shape(ref)
-    if not shp or (scale is not None and _shape(scale) != shp):
+def _object_array(x):
+    """A rectangular nested list (at least one dimension) as a numpy object array of its leaves, or
+    None (not a list, ragged, or a leaf that is itself a list or tuple)."""
+    if not isinstance(x, list):
         return None
     try:
-        arr = np.array(ref, dtype=object)
-        if arr.shape != shp:
-            return None
+        arr = np.array(x, dtype=object)
+    except ValueError:          # ragged
+        return None
+    if arr.ndim == 0 or any(isinstance(v, (list, tuple)) for v in arr.flat):
+        return None
+    return arr
+
+
+def _mpf_hi_lo(x):
+    """(r_hi, r_lo, exact) of a finite mpf, as ``_hi_lo`` computes them; None otherwise."""
+    t = x._mpf_
+    if t[1] == 0 and t != libmp.fzero:
+        return None
+    try:
+        hi = libmp.to_float(t, rnd=libmp.round_nearest)
+    except OverflowError:
+        return None
+    if not math.isfinite(hi):
+        return None
+    diff = libmp.mpf_sub(t, libmp.from_float(hi), 0)
+    return hi, libmp.to_float(diff, rnd=libmp.round_nearest), diff == libmp.fzero
+
+
+def _prepare_strings(ref, scale) -> Prepared | None:
+    """``prepare`` for the common case, with the nested lists walked by numpy: a rectangular (at
+    least one-dimensional) reference of decimal strings or of mpf numbers (nulls allowed) whose
+    float64 values are all finite, and no scale or a scale of the same shape of decimal strings or
+    mpf numbers.  The same Prepared as the general path; None (use the general path) otherwise."""
+    arr = _object_array(ref)
+    if arr is None:
+        return None
+    shp = arr.shape
+    try:
         flat = arr.reshape(-1)
         keep = np.fromiter((x is not None for x in flat), dtype=bool, count=flat.size)
         refs = flat[keep].tolist()
-        if any(type(x) is not str for x in refs):
-            return None
         if scale is None:
             scales = [None] * len(refs)
         else:
-            sarr = np.array(scale, dtype=object)
-            if sarr.shape != shp:
+            sarr = _object_array(scale)
+            if sarr is None or sarr.shape != shp:
                 return None
             scales = sarr.reshape(-1)[keep].tolist()
-            if any(type(x) is not str for x in scales):
+        if all(type(x) is str for x in refs):
+            his = [float(r) for r in refs]
+            r_hi = np.array(his, dtype=np.float64)
+            if not np.isfinite(r_hi).all():
                 return None
-        his = [float(r) for r in refs]
-        r_hi = np.array(his, dtype=np.float64)
-        if not np.isfinite(r_hi).all():
+            dec, sub = Decimal, _DEC.subtract
+            diffs = [sub(dec(r), dec(h)) for r, h in zip(refs, his)]
+            if not all(d.is_finite() for d in diffs):
+                return None
+            r_lo = np.array([float(d) for d in diffs], dtype=np.float64)
+            exact = np.array([d == 0 for d in diffs], dtype=bool)
+        elif all(type(x) is mpf for x in refs):
+            parts = [_mpf_hi_lo(x) for x in refs]
+            if any(p is None for p in parts):
+                return None
+            r_hi = np.array([p[0] for p in parts], dtype=np.float64)
+            r_lo = np.array([p[1] for p in parts], dtype=np.float64)
+            exact = np.array([p[2] for p in parts], dtype=bool)
+        else:
             return None
-        dec, sub = Decimal, _DEC.subtract
-        diffs = [sub(dec(r), dec(h)) for r, h in zip(refs, his)]
-        if not all(d.is_finite() for d in diffs):
+        if scale is None:
+            s = np.abs(r_hi)
+        elif all(type(x) is str or type(x) is mpf for x in scales):
+            s = np.array([float(x) for x in scales], dtype=np.float64)
+        else:
             return None
-        r_lo = np.array([float(d) for d in diffs], dtype=np.float64)
-        exact = np.array([d == 0 for d in diffs], dtype=bool)
-        s = np.abs(r_hi) if scale is None else np.array([float(x) for x in scales], dtype=np.float64)
     except (ArithmeticError, ValueError, TypeError, OverflowError):
         return None
     n = len(refs)
     kind = np.full(n, _KIND_REAL, dtype=np.int8)
     kind[~np.isfinite(s)] = _KIND_SPECIAL
-    index = np.nonzero(keep.reshape(shp))
-    index = tuple(i.astype(np.int64, copy=False) for i in index)
+    index = tuple(i.astype(np.int64, copy=False) for i in np.nonzero(keep.reshape(shp)))
     paths = list(zip(*[i.tolist() for i in index])) if n else []
     return Prepared(paths, refs, scales, kind, r_hi, r_lo, exact, s, np.zeros(n, dtype=bool), index, False,
                     shp, False)

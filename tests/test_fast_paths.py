@@ -70,3 +70,44 @@ def test_low_level_exact_comparison_equals_tolerance_compare(dtype):
                         got = compare._exact(float(g), prep, 0, family, dtype)
                         want = tolerance.compare(float(g), ref, scale, family, dtype)
                         assert got == want, (g, ref, scale, family, dtype)
+
+
+def _same_prepared(a, b):
+    assert a.paths == b.paths and a.refs == b.refs and a.scales == b.scales
+    for name in ("kind", "r_hi", "r_lo", "r_exact", "s", "rbool"):
+        assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
+    assert (a.index is None) == (b.index is None)
+    if a.index is not None:
+        assert all(np.array_equal(x, y) for x, y in zip(a.index, b.index)) and len(a.index) == len(b.index)
+    assert (a.scalar, a.shape, a.token) == (b.scalar, b.shape, b.token)
+
+
+def _general(ref, scale, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(compare, "_prepare_strings", lambda ref, scale: None)
+        m.setattr(compare, "_PREPARED", {})
+        return compare.prepare(ref, scale)
+
+
+def test_numpy_walk_prepares_what_the_general_path_prepares(monkeypatch):
+    compare._PREPARED.clear()
+    n = 0
+    for case in golden.load_all()[::7]:
+        if case.get("positions") is not None:
+            continue
+        for key, ref in list(case["outputs"].items()) + [(f"grad.{k}", v) for k, v in case["grad"].items()]:
+            scale = case["scale"].get(key)
+            fast = compare._prepare_strings(ref, scale)
+            n += fast is not None
+            assert fast is None or compare.prepare(ref, scale) is not _general(ref, scale, monkeypatch)
+            _same_prepared(compare.prepare(ref, scale), _general(ref, scale, monkeypatch))
+    assert n > 100
+    rng = random.Random(3)
+    with mp.workdps(60):
+        for _ in range(200):
+            B, T = rng.randint(1, 4), rng.randint(0, 5)
+            ref = [[None if rng.random() < 0.2 else mpf(rng.uniform(-9, 9)) * mpf(10) ** rng.randint(-320, 320) / 7
+                    for _ in range(T)] for _ in range(B)]
+            scale = rng.choice([None, [[abs(x) * 2 if x is not None else mpf(1) for x in row] for row in ref],
+                                [[mp.nstr(abs(x) if x is not None else mpf(1), 6) for x in row] for row in ref]])
+            _same_prepared(compare.prepare(ref, scale), _general(ref, scale, monkeypatch))
