@@ -47,19 +47,22 @@ def main() -> int:
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
 
     t_start = time.perf_counter()
+    c_start = time.process_time()
+    load_before = os.getloadavg()[0]
     import torch
 
     from pgspec.conformance import cli, compare, runner
 
-    inside = {"call": 0.0, "backward": 0.0, "calls": 0}
+    inside = {"call": 0.0, "backward": 0.0, "calls": 0, "cpu": 0.0}
     real_grad = torch.autograd.grad
 
     def timed_grad(*a, **k):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         try:
             return real_grad(*a, **k)
         finally:
             inside["backward"] += time.perf_counter() - t
+            inside["cpu"] += time.process_time() - c
 
     torch.autograd.grad = timed_grad
     real_load = runner.load_adapter
@@ -69,11 +72,12 @@ def main() -> int:
         real_call = adapter.call
 
         def call(*a, **k):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             try:
                 return real_call(*a, **k)
             finally:
                 inside["call"] += time.perf_counter() - t
+                inside["cpu"] += time.process_time() - c
                 inside["calls"] += 1
 
         adapter.call = call
@@ -88,6 +92,7 @@ def main() -> int:
     with contextlib.redirect_stdout(out):
         rc = cli.main(argv)
     wall = time.perf_counter() - t_start
+    cpu = time.process_time() - c_start
     torch.autograd.grad = real_grad
     summary = out.getvalue().strip().splitlines()[-1] if out.getvalue().strip() else ""
     adapter_time = inside["call"] + inside["backward"]
@@ -98,6 +103,10 @@ def main() -> int:
           f"({inside['calls']} calls {inside['call']:.2f} s + backward {inside['backward']:.2f} s)")
     print(f"harness overhead ratio (wall / adapter): {ratio:.2f}  target <= {TARGET_RATIO}  "
           f"{'ok' if ratio <= TARGET_RATIO else 'OVER TARGET'}")
+    # on a shared machine other processes stretch wall times; CPU times show the same ratio unstretched
+    cpu_ratio = cpu / inside["cpu"] if inside["cpu"] else float("inf")
+    print(f"CPU: process {cpu:.2f} s, inside the adapter {inside['cpu']:.2f} s, ratio {cpu_ratio:.2f}; "
+          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after ({os.cpu_count()} CPUs)")
     print(f"comparison core: {s.elements} elements, {s.fast} decided in float64, {s.fallbacks} exact fall-backs, "
           f"{s.special} non-finite decided exactly, {s.small} in outputs of <= {compare.SMALL} elements compared exactly, "
           f"{s.ratio_evals} exact ratio evaluations")

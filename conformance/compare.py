@@ -52,10 +52,11 @@ def to_tensors(formula_id: str, inputs: dict, dtype: str, device: str):
     for name, value in inputs.items():
         kind = f.input(name).kind
         # through numpy: the same values as torch.tensor(nested list), built several times faster
+        # (np.array copies: the tensors never share memory with the caller's arrays, see runner.case_arrays)
         if kind == "bool":
-            t = torch.from_numpy(np.asarray(value, dtype=np.bool_)).to(device)
+            t = torch.from_numpy(np.array(value, dtype=np.bool_)).to(device)
         elif kind == "int":
-            t = torch.from_numpy(np.asarray(value, dtype=np.int64)).to(device)
+            t = torch.from_numpy(np.array(value, dtype=np.int64)).to(device)
         else:
             # golden inputs are bfloat16-exact: float64 -> dtype is exact
             t = torch.from_numpy(np.array(value, dtype=np.float64)).to(device=device, dtype=tdtype)
@@ -157,6 +158,7 @@ class Prepared:
     scalar: bool = False          # a single element at path ()
     shape: tuple | None = None    # the reference's shape (not for per-token outputs at positions)
     token: bool = False           # stored at (b, t) positions of a scale case
+    mp: dict | None = None        # element -> (ref, scale) as mpmath tuples, for _exact (filled lazily)
 
 
 def _hi_lo(r):
@@ -247,6 +249,12 @@ def prepare(ref, scale, positions=None) -> Prepared:
         index = (np.array([p[0] for p in paths], dtype=np.int64), np.array([p[1] for p in paths], dtype=np.int64))
         shape_ok, scalar = True, False
     else:
+        fast = _prepare_strings(ref, scale)
+        if fast is not None:
+            if len(_PREPARED) > _PREPARED_MAX:
+                _PREPARED.clear()
+            _PREPARED[key] = (ref, scale, positions, fast)
+            return fast
         flat_scale = dict(_flat(scale)) if scale is not None else {}
         paths, refs, scales = [], [], []
         for path, r in _flat(ref):
@@ -284,6 +292,92 @@ def prepare(ref, scale, positions=None) -> Prepared:
         _PREPARED.clear()
     _PREPARED[key] = (ref, scale, positions, prep)
     return prep
+
+
+def _object_array(x):
+    """A rectangular nested list (at least one dimension) as a numpy object array of its leaves, or
+    None (not a list, ragged, or a leaf that is itself a list or tuple)."""
+    if not isinstance(x, list):
+        return None
+    try:
+        arr = np.array(x, dtype=object)
+    except ValueError:          # ragged
+        return None
+    if arr.ndim == 0 or any(isinstance(v, (list, tuple)) for v in arr.flat):
+        return None
+    return arr
+
+
+def _mpf_hi_lo(x):
+    """(r_hi, r_lo, exact) of a finite mpf, as ``_hi_lo`` computes them; None otherwise."""
+    t = x._mpf_
+    if t[1] == 0 and t != libmp.fzero:
+        return None
+    try:
+        hi = libmp.to_float(t, rnd=libmp.round_nearest)
+    except OverflowError:
+        return None
+    if not math.isfinite(hi):
+        return None
+    diff = libmp.mpf_sub(t, libmp.from_float(hi), 0)
+    return hi, libmp.to_float(diff, rnd=libmp.round_nearest), diff == libmp.fzero
+
+
+def _prepare_strings(ref, scale) -> Prepared | None:
+    """``prepare`` for the common case, with the nested lists walked by numpy: a rectangular (at
+    least one-dimensional) reference of decimal strings or of mpf numbers (nulls allowed) whose
+    float64 values are all finite, and no scale or a scale of the same shape of decimal strings or
+    mpf numbers.  The same Prepared as the general path; None (use the general path) otherwise."""
+    arr = _object_array(ref)
+    if arr is None:
+        return None
+    shp = arr.shape
+    try:
+        flat = arr.reshape(-1)
+        keep = np.fromiter((x is not None for x in flat), dtype=bool, count=flat.size)
+        refs = flat[keep].tolist()
+        if scale is None:
+            scales = [None] * len(refs)
+        else:
+            sarr = _object_array(scale)
+            if sarr is None or sarr.shape != shp:
+                return None
+            scales = sarr.reshape(-1)[keep].tolist()
+        if all(type(x) is str for x in refs):
+            his = [float(r) for r in refs]
+            r_hi = np.array(his, dtype=np.float64)
+            if not np.isfinite(r_hi).all():
+                return None
+            dec, sub = Decimal, _DEC.subtract
+            diffs = [sub(dec(r), dec(h)) for r, h in zip(refs, his)]
+            if not all(d.is_finite() for d in diffs):
+                return None
+            r_lo = np.array([float(d) for d in diffs], dtype=np.float64)
+            exact = np.array([d == 0 for d in diffs], dtype=bool)
+        elif all(type(x) is mpf for x in refs):
+            parts = [_mpf_hi_lo(x) for x in refs]
+            if any(p is None for p in parts):
+                return None
+            r_hi = np.array([p[0] for p in parts], dtype=np.float64)
+            r_lo = np.array([p[1] for p in parts], dtype=np.float64)
+            exact = np.array([p[2] for p in parts], dtype=bool)
+        else:
+            return None
+        if scale is None:
+            s = np.abs(r_hi)
+        elif all(type(x) is str or type(x) is mpf for x in scales):
+            s = np.array([float(x) for x in scales], dtype=np.float64)
+        else:
+            return None
+    except (ArithmeticError, ValueError, TypeError, OverflowError):
+        return None
+    n = len(refs)
+    kind = np.full(n, _KIND_REAL, dtype=np.int8)
+    kind[~np.isfinite(s)] = _KIND_SPECIAL
+    index = tuple(i.astype(np.int64, copy=False) for i in np.nonzero(keep.reshape(shp)))
+    paths = list(zip(*[i.tolist() for i in index])) if n else []
+    return Prepared(paths, refs, scales, kind, r_hi, r_lo, exact, s, np.zeros(n, dtype=bool), index, False,
+                    shp, False)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -330,7 +424,72 @@ def _gather(got, prep: Prepared):
 
 
 def _exact(value, prep, k, family, dtype):
+    """tolerance.compare(value, ref[k], scale[k], family, dtype), evaluated with mpmath's low-level
+    functions on the reference and scale converted once (the same operations at the same precision
+    and rounding, so the same Comparison bit for bit; tests/test_compare.py checks it against
+    tolerance.compare).  Booleans, non-finite values and other types go to tolerance.compare."""
+    if _MODE == "fast" and type(value) is float and math.isfinite(value):
+        conv = prep.mp
+        if conv is None:
+            conv = prep.mp = {}
+        c = conv.get(k)
+        if c is None:
+            c = conv[k] = _mp_pair(prep.refs[k], prep.scales[k])
+        if c is not False:
+            return _compare_mp(value, c[0], c[1], family, dtype)
     return tolerance.compare(value, prep.refs[k], prep.scales[k], family, dtype)
+
+
+_PREC = libmp.dps_to_prec(tolerance.COMPARE_DPS)   # tolerance.compare's working precision (mp.workdps)
+_RND = libmp.round_nearest
+
+
+def _to_mpf(x):
+    """``mpf(x)`` at tolerance.compare's precision as a raw tuple (None: a type handled there only)."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, str):
+        try:
+            return libmp.from_str(x, _PREC, _RND)
+        except ValueError:
+            return None
+    if type(x) is mpf:
+        sign, man, exp, bc = x._mpf_
+        if not man and exp:
+            return None                                   # nan, +inf, -inf
+        return libmp.normalize(sign, man, exp, bc, _PREC, _RND)
+    return None
+
+
+def _mp_pair(ref, scale):
+    """(ref, scale) as mpmath tuples at the comparison's precision, or False when tolerance.compare
+    must decide (a boolean, a non-finite reference or scale, another type)."""
+    r = _to_mpf(ref)
+    if r is None or (r[1] == 0 and r[2]) or r in (libmp.finf, libmp.fninf, libmp.fnan):
+        return False
+    if scale is None:
+        s = libmp.mpf_abs(r, _PREC, _RND)
+    else:
+        s = _to_mpf(scale)
+        if s is None:
+            return False
+    return r, s
+
+
+_KU: dict = {}
+
+
+def _compare_mp(g: float, r, s, family, dtype) -> tolerance.Comparison:
+    ku = _KU.get((family, dtype))
+    if ku is None:
+        with mp.workdps(tolerance.COMPARE_DPS):
+            ku = _KU[(family, dtype)] = ((tolerance.K[family] * tolerance.UNIT_ROUNDOFF[dtype])._mpf_,
+                                         tolerance.FLOOR[dtype]._mpf_)
+    b = libmp.mpf_add(libmp.mpf_mul(ku[0], s, _PREC, _RND), ku[1], _PREC, _RND)
+    err = libmp.mpf_abs(libmp.mpf_sub(libmp.from_float(g, _PREC, _RND), r, _PREC, _RND), _PREC, _RND)
+    ratio = libmp.mpf_div(err, b, _PREC, _RND)
+    return tolerance.Comparison(libmp.mpf_cmp(err, b) <= 0, libmp.to_float(err, rnd=_RND),
+                                libmp.to_float(b, rnd=_RND), libmp.to_float(ratio, rnd=_RND))
 
 
 def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_failure: bool = False) -> Outcome:

@@ -200,6 +200,46 @@ def case_inputs(case: dict) -> dict:
     return _inputs_cached(json.dumps({"formula": case["formula"], "inputs": case["inputs"]}, sort_keys=True))
 
 
+# A run calls every case once per dtype: its inputs are built once, as numpy arrays (float64 reals,
+# bool masks, int64 ids), and each dtype's tensors are made from copies of them.  Cached by the
+# identity of the case dict (kept alive by the cache, so an id is never reused while cached).
+_ARRAYS: dict = {}
+_ARRAYS_BUDGET = 64 * 2 ** 20     # elements held (about 0.5 GB at float64); beyond it, start afresh
+_ARRAYS_HELD = [0]
+
+
+def case_arrays(case: dict) -> dict:
+    """The case's inputs as numpy arrays: the same values as ``case_inputs`` (an input no array can
+    hold, a ragged row, stays as ``case_inputs`` gives it, so ``to_tensors`` fails as it would)."""
+    import numpy as np
+
+    hit = _ARRAYS.get(id(case))
+    if hit is not None and hit[0] is case:
+        return hit[1]
+    raw = case["inputs"]
+    f = REGISTRY[case["formula"]]
+    out = {}
+    if "$generate" in raw:
+        from .generator import generate_arrays
+
+        out = generate_arrays(raw["$generate"])
+    else:
+        for name, value in golden.case_inputs(case).items():
+            kind = f.input(name).kind
+            try:
+                out[name] = np.array(value, dtype=np.bool_ if kind == "bool" else np.int64 if kind == "int"
+                                     else np.float64)
+            except (TypeError, ValueError, OverflowError):
+                out[name] = value
+    size = sum(getattr(a, "size", 0) for a in out.values())
+    if _ARRAYS_HELD[0] + size > _ARRAYS_BUDGET:
+        _ARRAYS.clear()
+        _ARRAYS_HELD[0] = 0
+    _ARRAYS[id(case)] = (case, out)
+    _ARRAYS_HELD[0] += size
+    return out
+
+
 def adapter_params(formula_id: str, params: dict) -> dict:
     """Parameters as an adapter receives them: real values as Python floats (a decimal string such
     as "0.28" becomes the nearest binary64, which is what a framework's config holds)."""
@@ -409,7 +449,7 @@ def _expect_rejection(adapter, case, dtype, device, result) -> CaseResult:
     want = case["expect_error"]
     rule = f"{want['argument']}: {want['rule']}"
     try:
-        tensors = to_tensors(case["formula"], case_inputs(case), dtype, device)
+        tensors = to_tensors(case["formula"], case_arrays(case), dtype, device)
     except Exception as e:  # noqa: BLE001 - e.g. a ragged row: no tensor can hold it
         result.outcome = "not-applicable"
         result.message = (f"the case's inputs cannot be given as {dtype} tensors ({type(e).__name__}); its rule "
@@ -447,7 +487,7 @@ def _compare_case(adapter, case, dtype, device, result) -> CaseResult:
 
     f = REGISTRY[case["formula"]]
     try:
-        tensors = to_tensors(case["formula"], case_inputs(case), dtype, device)
+        tensors = to_tensors(case["formula"], case_arrays(case), dtype, device)
         with torch.enable_grad():
             out = adapter.call(case["formula"], tensors, adapter_params(case["formula"], case["params"]))
             check_outputs(f, case, dtype, tensors, out)

@@ -31,6 +31,7 @@ K = {
     "agg": 4, "adv": 4, "dist": 4, "loss": 8,
 }
 DTYPES = tuple(UNIT_ROUNDOFF)
+COMPARE_DPS = 50   # the working precision of ``compare``
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def bound(family: str, dtype: str, scale) -> mpf:
 
 def compare(got, ref, scale, family: str, dtype: str) -> Comparison:
     """Compare one element. ``got`` is a float (or bool), ``ref`` and ``scale`` mpf or decimal strings."""
-    with mp.workdps(50):
+    with mp.workdps(COMPARE_DPS):
         if isinstance(ref, bool) or isinstance(got, bool):
             ok = bool(got) == bool(ref)
             return Comparison(ok, 0.0 if ok else math.inf, 0.0, 0.0 if ok else math.inf, "boolean")

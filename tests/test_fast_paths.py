@@ -1,0 +1,113 @@
+"""The run loop's shortcuts give what the plain code gives: the per-case input arrays equal the
+case's inputs, and the comparison core's low-level exact evaluation equals tolerance.compare."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from mpmath import mp, mpf
+
+from pgspec.conformance import compare, golden, runner, tolerance
+
+
+def test_case_arrays_hold_the_case_inputs_for_every_case():
+    for case in golden.load_all():
+        arrays = runner.case_arrays(case)
+        inputs = runner.case_inputs(case)
+        assert set(arrays) == set(inputs), case["id"]
+        for name, value in inputs.items():
+            try:
+                want = np.array(value)
+            except ValueError:          # ragged: kept as given
+                assert arrays[name] is value or arrays[name] == value
+                continue
+            got = arrays[name]
+            assert got.shape == want.shape, (case["id"], name)
+            assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), (case["id"], name)
+        assert runner.case_arrays(case) is arrays   # built once per case
+
+
+def test_tensors_never_share_memory_with_the_cached_arrays():
+    case = next(c for c in golden.load_all() if c["formula"] == "kl.k3" and not c.get("expect_error"))
+    arrays = runner.case_arrays(case)
+    before = {k: v.copy() for k, v in arrays.items()}
+    tensors = runner.to_tensors(case["formula"], arrays, "float64", "cpu")
+    with __import__("torch").no_grad():
+        for t in tensors.values():
+            if t.dtype.is_floating_point:
+                t.mul_(3)
+            else:
+                t.zero_()
+    for k, v in arrays.items():
+        assert np.array_equal(v, before[k], equal_nan=True)
+
+
+def _values(rng):
+    mags = [0.0, 1e-300, 2.0 ** -1070, 1e-30, 1e-8, 0.5, 1.0, 3.0, 1e8, 1e30, 1e300]
+    for _ in range(40):
+        m = rng.choice(mags)
+        ref = m * (1 + rng.uniform(-1, 1) * rng.choice([1e-3, 1e-9, 1e-16, 0])) * rng.choice([1, -1])
+        with mp.workdps(60):
+            exact = mpf(ref) * (1 + mpf(rng.uniform(-1, 1)) * mpf(10) ** -rng.randint(5, 45))
+        yield exact
+
+
+@pytest.mark.parametrize("dtype", list(tolerance.DTYPES))
+def test_low_level_exact_comparison_equals_tolerance_compare(dtype):
+    rng = random.Random(12)
+    for family in ("kl", "loss"):
+        for exact in _values(rng):
+            text = mp.nstr(exact, 40, strip_zeros=False) if exact else "0.0"
+            for ref in (exact, text):
+                for scale in (None, mp.nstr(abs(exact) * 3, 6), exact * 0, "1e-40"):
+                    u = float(tolerance.UNIT_ROUNDOFF[dtype])
+                    base = float(exact)
+                    for g in (base, base * (1 + 2 * u), base * (1 - 7 * u), base + 1e-300, -base,
+                              np.nextafter(base, np.inf)):
+                        prep = compare.prepare([ref], [scale] if scale is not None else None)
+                        got = compare._exact(float(g), prep, 0, family, dtype)
+                        want = tolerance.compare(float(g), ref, scale, family, dtype)
+                        assert got == want, (g, ref, scale, family, dtype)
+
+
+def _same_prepared(a, b):
+    assert a.paths == b.paths and a.refs == b.refs and a.scales == b.scales
+    for name in ("kind", "r_hi", "r_lo", "r_exact", "s", "rbool"):
+        assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
+    assert (a.index is None) == (b.index is None)
+    if a.index is not None:
+        assert all(np.array_equal(x, y) for x, y in zip(a.index, b.index)) and len(a.index) == len(b.index)
+    assert (a.scalar, a.shape, a.token) == (b.scalar, b.shape, b.token)
+
+
+def _general(ref, scale, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(compare, "_prepare_strings", lambda ref, scale: None)
+        m.setattr(compare, "_PREPARED", {})
+        return compare.prepare(ref, scale)
+
+
+def test_numpy_walk_prepares_what_the_general_path_prepares(monkeypatch):
+    compare._PREPARED.clear()
+    n = 0
+    for case in golden.load_all()[::7]:
+        if case.get("positions") is not None:
+            continue
+        for key, ref in list(case["outputs"].items()) + [(f"grad.{k}", v) for k, v in case["grad"].items()]:
+            scale = case["scale"].get(key)
+            fast = compare._prepare_strings(ref, scale)
+            n += fast is not None
+            assert fast is None or compare.prepare(ref, scale) is not _general(ref, scale, monkeypatch)
+            _same_prepared(compare.prepare(ref, scale), _general(ref, scale, monkeypatch))
+    assert n > 100
+    rng = random.Random(3)
+    with mp.workdps(60):
+        for _ in range(200):
+            B, T = rng.randint(1, 4), rng.randint(0, 5)
+            ref = [[None if rng.random() < 0.2 else mpf(rng.uniform(-9, 9)) * mpf(10) ** rng.randint(-320, 320) / 7
+                    for _ in range(T)] for _ in range(B)]
+            scale = rng.choice([None, [[abs(x) * 2 if x is not None else mpf(1) for x in row] for row in ref],
+                                [[mp.nstr(abs(x) if x is not None else mpf(1), 6) for x in row] for row in ref]])
+            _same_prepared(compare.prepare(ref, scale), _general(ref, scale, monkeypatch))
