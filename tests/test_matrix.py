@@ -7,7 +7,7 @@ from pathlib import Path
 from pgspec.conformance import matrix
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "conformance"
-ADAPTERS = ("torch", "trl", "liger", "verl", "openrlhf", "skyrl", "areal")
+ADAPTERS = ("torch", "trl", "liger", "liger-triton", "verl", "openrlhf", "skyrl", "areal")
 
 
 def test_committed_matrix_names_the_current_corpus():
@@ -24,3 +24,12 @@ def test_every_adapter_has_its_report_and_a_matrix_row():
     for name in ADAPTERS:
         assert (DOCS / f"{name}.md").exists(), f"docs/conformance/{name}.md is missing"
         assert f"| {name} |" in text, f"no row for {name} in docs/conformance/matrix.md"
+
+
+def test_every_committed_report_names_the_current_corpus():
+    """Every report under docs/conformance (CI runs, recorded runs, variants) was made from this corpus."""
+    digest = matrix.corpus_digest()
+    reports = sorted(p for p in DOCS.glob("*.md") if p.name != "matrix.md")
+    assert len(reports) >= len(ADAPTERS)
+    stale = [p.name for p in reports if matrix.committed_digest(p) != digest]
+    assert not stale, f"made from another golden corpus (rerun them and commit docs/conformance/): {stale}"
