@@ -367,14 +367,13 @@ def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", dev
     res.oracle_seconds = time.perf_counter() - t
     try:
         tensors = to_tensors(formula, arrays, dtype, device)
-        t = time.perf_counter()
-        out, grads = compare.call(adapter, formula, tensors, params)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        res.adapter_seconds = time.perf_counter() - t
-    except Exception as e:  # noqa: BLE001 - the adapter's crash is an outcome
+    except Exception as e:  # noqa: BLE001 - the adapter's dtype or device cannot hold the inputs
         res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
         return res
+    got = _timed_adapter_call(res, device, lambda: compare.call(adapter, formula, tensors, params))
+    if got is None:
+        return res
+    out, grads = got
     f = REGISTRY[formula]
     mask = arrays.get("mask")
     for name in [o.name for o in f.outputs]:
@@ -438,6 +437,23 @@ class _Judge:
         return idx + ([rest] if len(chunk_shape) > 1 else [])
 
 
+def _timed_adapter_call(res, device, work):
+    """work()'s result, its wall time (the device synchronized) in res.adapter_seconds; None, with
+    res an "error" outcome, when the adapter raises (its crash is an outcome, not a pgspec error)."""
+    import torch
+
+    try:
+        t = time.perf_counter()
+        got = work()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        res.adapter_seconds = time.perf_counter() - t
+        return got
+    except Exception as e:  # noqa: BLE001 - the adapter's crash is an outcome
+        res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
+        return None
+
+
 def run_logprob_check(adapter, B, T, V, H, dtype, device, seed, params) -> CheckResult:
     """``logprob.token`` at [B, T] positions over a vocabulary of V through a linear head of width H."""
     import torch
@@ -462,27 +478,22 @@ def run_logprob_check(adapter, B, T, V, H, dtype, device, seed, params) -> Check
     W = torch.as_tensor(arrays["weight"], device=device).to(tdtype)
     y = torch.as_tensor(arrays["targets"], device=device)
     m = torch.as_tensor(arrays["mask"], device=device)
-    try:
-        t = time.perf_counter()
+    res.path = "head" if head is not None else "logits"
+
+    def work():
         if head is not None:
-            res.path = "head"
             out = head(X, W, y, m, dict(p))
-            got_lp, got_gx = out["logprobs"], out["grad"]["hidden"]
-        else:
-            res.path = "logits"
-            Xg = X.detach().requires_grad_(True)
-            with torch.enable_grad():
-                logits = Xg @ W.T
-                o = adapter.call(lp.FORMULA, {"logits": logits, "targets": y, "mask": m}, dict(p))
-                got_lp = o["logprobs"]
-                (got_gx,) = torch.autograd.grad(compare.objective(got_lp, m), [Xg])
-            del logits
-        if device == "cuda":
-            torch.cuda.synchronize()
-        res.adapter_seconds = time.perf_counter() - t
-    except Exception as e:  # noqa: BLE001 - the adapter's crash is an outcome
-        res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
+            return out["logprobs"], out["grad"]["hidden"]
+        Xg = X.detach().requires_grad_(True)
+        with torch.enable_grad():
+            o = adapter.call(lp.FORMULA, {"logits": Xg @ W.T, "targets": y, "mask": m}, dict(p))
+            (gx,) = torch.autograd.grad(compare.objective(o["logprobs"], m), [Xg])
+        return o["logprobs"], gx
+
+    got = _timed_adapter_call(res, device, work)
+    if got is None:
         return res
+    got_lp, got_gx = got
     if tuple(got_lp.shape) != (B, T) or tuple(got_gx.shape) != (B, T, H):
         res.outcome = "error"
         res.message = f"shapes: logprobs {tuple(got_lp.shape)} (expected {(B, T)}), grad.hidden {tuple(got_gx.shape)} " \
