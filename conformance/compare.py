@@ -142,23 +142,78 @@ _DEC = Context(prec=80, Emax=999999999999999999, Emin=-999999999999999999)      
 _KIND_REAL, _KIND_BOOL, _KIND_SPECIAL = 0, 1, 2
 
 
-@dataclass
 class Prepared:
-    """The non-null elements of one reference output, flattened in comparison order."""
-    paths: list                   # index tuples into the result
-    refs: list                    # the raw reference values (str, mpf, int, bool)
-    scales: list                  # the raw scale values (None: |ref|)
-    kind: np.ndarray              # _KIND_*
-    r_hi: np.ndarray              # nearest float64 of the reference
-    r_lo: np.ndarray              # nearest float64 of ref - r_hi
-    r_exact: np.ndarray           # ref == r_hi exactly
-    s: np.ndarray                 # nearest float64 of the scale (|r_hi| where the scale is None)
-    rbool: np.ndarray             # boolean references
-    index: tuple | None = None    # numpy index arrays into the result (None: gather element by element)
-    scalar: bool = False          # a single element at path ()
-    shape: tuple | None = None    # the reference's shape (not for per-token outputs at positions)
-    token: bool = False           # stored at (b, t) positions of a scale case
-    mp: dict | None = None        # element -> (ref, scale) as mpmath tuples, for _exact (filled lazily)
+    """The non-null elements of one reference output, flattened in comparison order.
+
+    ``paths`` (index tuples into the result), ``refs`` (the raw reference values: str, mpf, int,
+    bool) and ``scales`` (the raw scale values, None: |ref|) are lists; a Prepared read back from
+    the on-disk cache (``prepare_case``) builds them from the reference itself when first asked,
+    since the comparison needs the raw values of only a few elements (``ref_at``, ``scale_at``,
+    ``path_at``)."""
+
+    __slots__ = ("_paths", "_refs", "_scales", "kind", "r_hi", "r_lo", "r_exact", "s", "rbool", "index", "scalar",
+                 "shape", "token", "mp", "_source", "plain")
+
+    def __init__(self, paths, refs, scales, kind, r_hi, r_lo, r_exact, s, rbool, index=None, scalar=False,
+                 shape=None, token=False, source=None):
+        self._paths, self._refs, self._scales = paths, refs, scales
+        self.kind = kind                # _KIND_*
+        self.r_hi = r_hi                # nearest float64 of the reference
+        self.r_lo = r_lo                # nearest float64 of ref - r_hi
+        self.r_exact = r_exact          # ref == r_hi exactly
+        self.s = s                      # nearest float64 of the scale (|r_hi| where the scale is None)
+        self.rbool = rbool              # boolean references
+        self.index = index              # numpy index arrays into the result (None: gather element by element)
+        self.scalar = scalar            # a single element at path ()
+        self.shape = shape              # the reference's shape (not for per-token outputs at positions)
+        self.token = token              # stored at (b, t) positions of a scale case
+        self.mp = None                  # element -> (ref, scale) as mpmath tuples, for _exact (filled lazily)
+        self._source = source           # (ref, scale, non-null k of a token output) when the lists are lazy
+        self.plain = bool((kind == _KIND_REAL).all())   # every reference real: the float64 pass needs no selection
+
+    def __len__(self):
+        return len(self.r_hi)
+
+    # the raw values of element k, without building the lists
+    def path_at(self, k):
+        if self._paths is not None:
+            return self._paths[k]
+        return tuple(int(i[k]) for i in self.index)
+
+    def _raw_at(self, tree, k):
+        if tree is None:
+            return None
+        ks = self._source[2]
+        if ks is not None:
+            return tree[int(ks[k])]
+        x = tree
+        for i in self.path_at(k):
+            x = x[i]
+        return x
+
+    def ref_at(self, k):
+        return self._refs[k] if self._refs is not None else self._raw_at(self._source[0], k)
+
+    def scale_at(self, k):
+        return self._scales[k] if self._scales is not None else self._raw_at(self._source[1], k)
+
+    @property
+    def paths(self):
+        if self._paths is None:
+            self._paths = list(zip(*[i.tolist() for i in self.index])) if len(self) else []
+        return self._paths
+
+    @property
+    def refs(self):
+        if self._refs is None:
+            self._refs = [self.ref_at(k) for k in range(len(self))]
+        return self._refs
+
+    @property
+    def scales(self):
+        if self._scales is None:
+            self._scales = [self.scale_at(k) for k in range(len(self))]
+        return self._scales
 
 
 def _hi_lo(r):
@@ -434,10 +489,10 @@ def _exact(value, prep, k, family, dtype):
             conv = prep.mp = {}
         c = conv.get(k)
         if c is None:
-            c = conv[k] = _mp_pair(prep.refs[k], prep.scales[k])
+            c = conv[k] = _mp_pair(prep.ref_at(k), prep.scale_at(k))
         if c is not False:
             return _compare_mp(value, c[0], c[1], family, dtype)
-    return tolerance.compare(value, prep.refs[k], prep.scales[k], family, dtype)
+    return tolerance.compare(value, prep.ref_at(k), prep.scale_at(k), family, dtype)
 
 
 _PREC = libmp.dps_to_prec(tolerance.COMPARE_DPS)   # tolerance.compare's working precision (mp.workdps)
@@ -492,9 +547,32 @@ def _compare_mp(g: float, r, s, family, dtype) -> tolerance.Comparison:
                                 libmp.to_float(b, rnd=_RND), libmp.to_float(ratio, rnd=_RND))
 
 
+def _float64_pass(gg, hi, lo, s, r_exact, ku, floor):
+    """The float64 judgement of results ``gg`` against references ``hi + lo`` with scales ``s``
+    (spec/tolerance.md, "Evaluating the comparison"): (passed, decided, ratio lower bound, ratio
+    upper bound) per element; an element not ``decided`` has its margin within the rounding slack."""
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        b = ku * s + floor
+        d1 = gg - hi                                    # TwoSum(g, -hi): g - hi = d1 + t exactly
+        bb = d1 - gg
+        t = (gg - (d1 - bb)) + (-hi - bb)
+        e = np.abs(d1 + (t - lo))
+        slack_e = U * e + 4 * U * U * (np.abs(d1) + np.abs(hi)) + TINY
+        slack_b = 4 * U * b + TINY
+        slack = 2 * (slack_e + slack_b)
+        ok_fast = np.isfinite(e) & np.isfinite(b) & np.isfinite(slack)
+        decided = ok_fast & (np.abs(e - b) > slack)
+        lb = np.maximum(e - slack_e, 0.0) / (b + slack_b) * (1 - 2.0 ** -48)
+        ub = (e + slack_e) / (b - slack_b) * (1 + 2.0 ** -48)
+        zero = r_exact & (d1 == 0)                      # error exactly 0: ratio exactly 0
+        lb[zero] = 0.0
+        ub[zero] = 0.0
+    return e <= b, decided, lb, ub
+
+
 def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_failure: bool = False) -> Outcome:
     """Compare float64 values ``g`` (gathered at ``prep.paths``) with the prepared reference."""
-    n = len(prep.refs)
+    n = len(prep)
     out = Outcome(compared=n)
     STATS.elements += n
     if n == 0:
@@ -507,49 +585,41 @@ def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_fail
         STATS.small += n
         return _compare_exact(g, prep, family, dtype, out, stop_at_failure)
     K, u_t, floor = tolerance.K[family], float(tolerance.UNIT_ROUNDOFF[dtype]), float(tolerance.FLOOR[dtype])
-    kind = prep.kind
-    real = kind == _KIND_REAL
-    finite_g = np.isfinite(g)
     # exact-known results: cmp objects by position
     known: dict[int, tolerance.Comparison] = {}
-    passed = np.zeros(n, dtype=bool)
-    ratio_lb = np.zeros(n)
-    ratio_ub = np.zeros(n)
-    # booleans: equality of truth values (tolerance.compare's rule), exactly
-    bmask = kind == _KIND_BOOL
-    if bmask.any():
-        ok = (g[bmask] != 0) == prep.rbool[bmask]
-        passed[bmask] = ok
-        ratio_lb[bmask] = ratio_ub[bmask] = np.where(ok, 0.0, math.inf)
-    # the float64 fast path
-    fast = real & finite_g
-    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        gg, hi, lo, s = g[fast], prep.r_hi[fast], prep.r_lo[fast], prep.s[fast]
-        b = (K * u_t) * s + floor
-        d1 = gg - hi                                    # TwoSum(g, -hi): g - hi = d1 + t exactly
-        bb = d1 - gg
-        t = (gg - (d1 - bb)) + (-hi - bb)
-        e = np.abs(d1 + (t - lo))
-        slack_e = U * e + 4 * U * U * (np.abs(d1) + np.abs(hi)) + TINY
-        slack_b = 4 * U * b + TINY
-        slack = 2 * (slack_e + slack_b)
-        ok_fast = np.isfinite(e) & np.isfinite(b) & np.isfinite(slack)
-        decided = ok_fast & (np.abs(e - b) > slack)
-        lb = np.maximum(e - slack_e, 0.0) / (b + slack_b) * (1 - 2.0 ** -48)
-        ub = (e + slack_e) / (b - slack_b) * (1 + 2.0 ** -48)
-        zero = prep.r_exact[fast] & (d1 == 0)           # error exactly 0: ratio exactly 0
-        lb[zero] = 0.0
-        ub[zero] = 0.0
-    idx_fast = np.flatnonzero(fast)
-    passed[idx_fast] = e <= b
-    ratio_lb[idx_fast] = lb
-    ratio_ub[idx_fast] = ub
-    # the rest, exactly: non-finite elements, and margins within the rounding slack
-    undecided = np.concatenate([np.flatnonzero(~fast & ~bmask), idx_fast[~decided]])
-    STATS.special += int((~fast & ~bmask).sum())
-    STATS.fallbacks += int((~decided).sum())
-    STATS.fast += int(decided.sum()) + int(bmask.sum())
-    for k in np.sort(undecided).tolist():
+    kind = prep.kind
+    finite_g = np.isfinite(g)
+    if prep.plain and finite_g.all():
+        # every reference real and every result finite (the common case): the float64 pass on the
+        # whole arrays, no selection
+        passed, decided, ratio_lb, ratio_ub = _float64_pass(g, prep.r_hi, prep.r_lo, prep.s, prep.r_exact, K * u_t, floor)
+        undecided = np.flatnonzero(~decided)
+        STATS.fallbacks += len(undecided)
+        STATS.fast += n - len(undecided)
+    else:
+        passed = np.zeros(n, dtype=bool)
+        ratio_lb = np.zeros(n)
+        ratio_ub = np.zeros(n)
+        # booleans: equality of truth values (tolerance.compare's rule), exactly
+        bmask = kind == _KIND_BOOL
+        if bmask.any():
+            ok = (g[bmask] != 0) == prep.rbool[bmask]
+            passed[bmask] = ok
+            ratio_lb[bmask] = ratio_ub[bmask] = np.where(ok, 0.0, math.inf)
+        # the float64 pass on the real references with finite results
+        fast = (kind == _KIND_REAL) & finite_g
+        ok, decided, lb, ub = _float64_pass(g[fast], prep.r_hi[fast], prep.r_lo[fast], prep.s[fast],
+                                            prep.r_exact[fast], K * u_t, floor)
+        idx_fast = np.flatnonzero(fast)
+        passed[idx_fast] = ok
+        ratio_lb[idx_fast] = lb
+        ratio_ub[idx_fast] = ub
+        # the rest, exactly: non-finite elements, and margins within the rounding slack
+        undecided = np.sort(np.concatenate([np.flatnonzero(~fast & ~bmask), idx_fast[~decided]]))
+        STATS.special += int((~fast & ~bmask).sum())
+        STATS.fallbacks += int((~decided).sum())
+        STATS.fast += int(decided.sum()) + int(bmask.sum())
+    for k in undecided.tolist():
         c = _exact(float(g[k]), prep, k, family, dtype)
         known[k] = c
         passed[k] = c.passed
@@ -563,7 +633,7 @@ def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_fail
         if k not in known:
             STATS.ratio_evals += 1
             known[k] = c
-        out.failure, out.failure_path, out.failure_got, out.failure_ref = c, prep.paths[k], float(g[k]), prep.refs[k]
+        out.failure, out.failure_path, out.failure_got, out.failure_ref = c, prep.path_at(k), float(g[k]), prep.ref_at(k)
         if stop_at_failure:
             return out
     # the worst ratio: exact evaluation of every element whose interval can hold the maximum
@@ -576,7 +646,7 @@ def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_fail
     seen: dict = {}     # equal (result, reference, scale) give the equal comparison: ties cost one evaluation
     for k in cand.tolist():
         if k not in exact_ratio:
-            same = (float(g[k]), _hashable(prep.refs[k]), _hashable(prep.scales[k]))
+            same = (float(g[k]), _hashable(prep.ref_at(k)), _hashable(prep.scale_at(k)))
             c = seen.get(same)
             if c is None:
                 c = seen[same] = _exact(float(g[k]), prep, k, family, dtype)
@@ -595,7 +665,7 @@ def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_fail
     if k not in known:
         known[k] = _exact(float(g[k]), prep, k, family, dtype)
         STATS.ratio_evals += 1
-    out.worst, out.worst_path = known[k], prep.paths[k]
+    out.worst, out.worst_path = known[k], prep.path_at(k)
     return out
 
 
@@ -605,15 +675,15 @@ def _hashable(x):
 
 
 def _compare_exact(g, prep, family, dtype, out, stop_at_failure):
-    passed = np.zeros(len(prep.refs), dtype=bool)
+    passed = np.zeros(len(prep), dtype=bool)
     worst = -1.0
-    for k in range(len(prep.refs)):
+    for k in range(len(prep)):
         c = _exact(float(g[k]), prep, k, family, dtype)
         passed[k] = c.passed
         if c.ratio > worst:
-            worst, out.worst, out.worst_path = c.ratio, c, prep.paths[k]
+            worst, out.worst, out.worst_path = c.ratio, c, prep.path_at(k)
         if not c.passed and out.failure is None:
-            out.failure, out.failure_path, out.failure_got, out.failure_ref = c, prep.paths[k], float(g[k]), prep.refs[k]
+            out.failure, out.failure_path, out.failure_got, out.failure_ref = c, prep.path_at(k), float(g[k]), prep.ref_at(k)
             if stop_at_failure:
                 break
     out.passed = passed
@@ -623,10 +693,10 @@ def _compare_exact(g, prep, family, dtype, out, stop_at_failure):
 def _elements_loop(got, prep, family, dtype, stop_at_failure, lookup):
     """The element-by-element loop (a result not laid out like the reference): ``lookup(path)``
     gives the value or raises as the caller wants."""
-    out = Outcome(compared=len(prep.refs))
-    STATS.elements += len(prep.refs)
+    out = Outcome(compared=len(prep))
+    STATS.elements += len(prep)
     worst = -1.0
-    passed = np.zeros(len(prep.refs), dtype=bool)
+    passed = np.zeros(len(prep), dtype=bool)
     for k, path in enumerate(prep.paths):
         value = lookup(path)
         c = _exact(value, prep, k, family, dtype)
@@ -635,7 +705,7 @@ def _elements_loop(got, prep, family, dtype, stop_at_failure, lookup):
         if c.ratio > worst:
             worst, out.worst, out.worst_path = c.ratio, c, path
         if not c.passed and out.failure is None:
-            out.failure, out.failure_path, out.failure_got, out.failure_ref = c, path, value, prep.refs[k]
+            out.failure, out.failure_path, out.failure_got, out.failure_ref = c, path, value, prep.ref_at(k)
             if stop_at_failure:
                 break
     out.passed = passed
@@ -646,11 +716,7 @@ def compare_output(case: dict, key: str, ref, got, family: str, dtype: str) -> O
     """One output (or ``grad.<input>``) of a golden case against the adapter's tensor ``got``,
     with the runner's rules: per-token outputs of a scale case are stored at ``positions``; null
     reference elements are not compared."""
-    scale = case["scale"].get(key)
-    positions = case.get("positions")
-    token = positions is not None and isinstance(ref, list) and len(ref) == len(positions) and \
-        hasattr(got, "dim") and got.dim() >= 2
-    prep = prepare(ref, scale, positions if token else None)
+    prep = prepare_output(case, key, ref, got)
     g = _gather(got, prep)
     if g is not None:
         return compare_prepared(g, prep, family, dtype)
@@ -659,5 +725,242 @@ def compare_output(case: dict, key: str, ref, got, family: str, dtype: str) -> O
                           lambda path: t[path].item() if path else t.item())
 
 
-__all__ = ["to_tensors", "objective", "call", "compare_output", "compare_prepared", "prepare", "Outcome",
+# ------------------------------------------------------------------------------------------------
+# A whole case at once, with its preparation kept on disk
+# ------------------------------------------------------------------------------------------------
+# Preparing a golden reference (decimal strings to double-doubles) costs more than comparing it, and
+# a family file's bytes never change under its sha256: the prepared arrays of every output of every
+# case of a family file are kept on disk, one .npz per file, named by the file's sha256 and by the
+# digest of the code that prepares them (this module, tolerance.py, numpy's version).  The raw
+# reference values stay in the case; a Prepared read back finds them there when the comparison
+# needs them.  Under $PGSPEC_CACHE/prepared (default ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
+_ARRAYS = ("kind", "r_hi", "r_lo", "r_exact", "s", "rbool")
+
+
+def _prepared_dir():
+    from pathlib import Path
+
+    root = os.environ.get("PGSPEC_CACHE")
+    if root == "off":
+        return None
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pgspec")
+    return Path(root) / "prepared"
+
+
+_CODE_DIGEST: list = []
+
+
+def _code_digest() -> str:
+    if not _CODE_DIGEST:
+        import hashlib
+        from pathlib import Path
+
+        h = hashlib.sha256(f"{np.__version__}|{libmp.BACKEND}".encode())
+        for name in ("compare.py", "tolerance.py"):
+            h.update(b"\0" + (Path(__file__).resolve().parent / name).read_bytes())
+        _CODE_DIGEST.append(h.hexdigest()[:16])
+    return _CODE_DIGEST[0]
+
+
+def _output_key(case: dict, key: str, ref) -> bool:
+    """Whether output ``key`` of ``case`` is prepared as a per-token output stored at positions
+    (when the adapter's result has at least two dimensions, see ``compare_output``)."""
+    positions = case.get("positions")
+    return positions is not None and isinstance(ref, list) and len(ref) == len(positions)
+
+
+def _family_entries(family: str, sha: str, cases: dict) -> dict:
+    """{(case id, key, token): Prepared} for every output of every case of a loaded family file,
+    read from the on-disk cache or prepared now (and stored)."""
+    d = _prepared_dir()
+    path = d / f"{sha}-{_code_digest()}.npz" if d is not None else None
+    if path is not None and path.exists():
+        try:
+            return _read_family(path, cases)
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
+            pass     # an unreadable entry only costs its preparation
+    entries = {}
+    for cid, case in cases.items():
+        if case.get("expect_error"):
+            continue
+        for key, ref in list(case["outputs"].items()) + [(f"grad.{k}", v) for k, v in case["grad"].items()]:
+            token = _output_key(case, key, ref)
+            entries[(cid, key, token)] = prepare(ref, case["scale"].get(key), case["positions"] if token else None)
+    if path is not None:
+        _write_family(path, entries)
+    return entries
+
+
+def _write_family(path, entries: dict) -> None:
+    """One .npz: the element arrays of every output concatenated, the index arrays concatenated,
+    and a JSON table of the outputs (case, key, token, element start and count, index arrays' start
+    and count, scalar, shape)."""
+    import json
+
+    rows, arrays, index = [], {n: [] for n in _ARRAYS}, []
+    start = istart = 0
+    for (cid, key, token), p in entries.items():
+        if p.index is None and not p.scalar:
+            continue            # a ragged reference: prepared again when needed
+        n = len(p)
+        for name in _ARRAYS:
+            arrays[name].append(getattr(p, name))
+        idx = [] if p.index is None else list(p.index)
+        index.extend(idx)
+        rows.append([cid, key, token, start, n, istart, len(idx), p.scalar,
+                     None if p.shape is None else list(p.shape)])
+        start += n
+        istart += len(idx)
+    if not rows:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, table=np.array(json.dumps(rows)),
+                 index=np.concatenate(index) if index else np.zeros(0, dtype=np.int64),
+                 lengths=np.array([len(i) for i in index], dtype=np.int64),
+                 **{n: np.concatenate(a) for n, a in arrays.items()})
+        tmp.replace(path)
+    except OSError:
+        pass        # a read-only cache only costs time
+
+
+def _read_family(path, cases: dict) -> dict:
+    import json
+
+    with np.load(path, allow_pickle=False) as z:
+        rows = json.loads(str(z["table"]))
+        arr = {n: z[n] for n in _ARRAYS}
+        index, lengths = z["index"], z["lengths"]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    entries = {}
+    for cid, key, token, start, n, istart, nidx, scalar, shape in rows:
+        case = cases[cid]
+        ref = case["outputs"][key] if not key.startswith("grad.") else case["grad"][key[5:]]
+        sl = slice(start, start + n)
+        idx = tuple(index[offsets[i]:offsets[i + 1]] for i in range(istart, istart + nidx)) if nidx else None
+        entries[(cid, key, token)] = Prepared(
+            ([()] if n else []) if scalar else None, None, None, *(arr[name][sl] for name in _ARRAYS), idx, scalar,
+            None if shape is None else tuple(shape), token,
+            source=(ref, case["scale"].get(key), _NonNull(ref) if token else None))
+    return entries
+
+
+class _NonNull:
+    """The positions k of a per-token output (stored at positions) whose value is not null: the
+    element numbers of its Prepared, listed when first asked."""
+
+    __slots__ = ("ref", "ks")
+
+    def __init__(self, ref):
+        self.ref, self.ks = ref, None
+
+    def __getitem__(self, k):
+        if self.ks is None:
+            self.ks = [j for j, r in enumerate(self.ref) if r is not None]
+        return self.ks[k]
+
+
+_FAMILIES: dict = {}
+
+
+def _loaded_entry(case: dict, key: str, token: bool):
+    """The Prepared of output ``key`` of ``case`` from its family file's cache, when ``case`` is a
+    case loaded from that file (its outputs, gradients and scales the very objects parsed from it)."""
+    from . import golden
+
+    family = case.get("family")
+    loaded = golden.LOADED.get(family)
+    if loaded is None:
+        return None
+    sha, cases = loaded
+    parsed = cases.get(case.get("id"))
+    if parsed is None or parsed["outputs"] is not case["outputs"] or parsed["grad"] is not case["grad"] or \
+            parsed["scale"] is not case["scale"] or parsed.get("positions") is not case.get("positions"):
+        return None
+    hit = _FAMILIES.get(family)
+    if hit is None or hit[0] != sha:
+        hit = _FAMILIES[family] = (sha, _family_entries(family, sha, cases))
+    return hit[1].get((case["id"], key, token))
+
+
+def prepare_output(case: dict, key: str, ref, got) -> Prepared:
+    """The Prepared of one output of a case (per-token outputs of a scale case are stored at
+    ``positions`` when the result has at least two dimensions, see ``compare_output``)."""
+    token = _output_key(case, key, ref) and hasattr(got, "dim") and got.dim() >= 2
+    hit = _loaded_entry(case, key, token)
+    if hit is not None:
+        return hit
+    return prepare(ref, case["scale"].get(key), case.get("positions") if token else None)
+
+
+class _Joined:
+    """Several Prepared outputs of one case end to end: the arrays ``compare_prepared`` reads,
+    concatenated, and the raw values of element k found in the output it belongs to (its path is
+    (output number, path in that output))."""
+
+    def __init__(self, preps: list):
+        self.preps = preps
+        self.starts = np.cumsum([0] + [len(p) for p in preps])
+        for name in _ARRAYS:
+            setattr(self, name, np.concatenate([getattr(p, name) for p in preps]))
+        self.plain = all(p.plain for p in preps)
+        self.mp = None
+
+    def __len__(self):
+        return int(self.starts[-1])
+
+    def _locate(self, k):
+        j = int(np.searchsorted(self.starts, k, side="right")) - 1
+        return self.preps[j], k - int(self.starts[j]), j
+
+    def ref_at(self, k):
+        p, i, _ = self._locate(k)
+        return p.ref_at(i)
+
+    def scale_at(self, k):
+        p, i, _ = self._locate(k)
+        return p.scale_at(i)
+
+    def path_at(self, k):
+        p, i, j = self._locate(k)
+        return j, p.path_at(i)
+
+
+_JOINED: dict = {}
+
+
+def compare_case(case: dict, checks: list, family: str, dtype: str) -> Outcome | None:
+    """Every output of a case in one vectorized pass: ``checks`` is [(key, ref, got)] in the
+    runner's order.  The Outcome is the runner's aggregate of ``compare_output`` over the outputs in
+    that order (the first element attaining the largest ratio, the first failing element), with
+    paths as (key, path); None when a result is not laid out like its reference (the caller then
+    compares output by output, where such a result is reported)."""
+    preps, gs = [], []
+    for key, ref, got in checks:
+        prep = prepare_output(case, key, ref, got)
+        g = _gather(got, prep)
+        if g is None:
+            return None
+        preps.append(prep)
+        gs.append(g)
+    ident = tuple(id(p) for p in preps)
+    hit = _JOINED.get(id(case))
+    if hit is None or hit[0] is not case or hit[1] != ident:
+        if len(_JOINED) > _PREPARED_MAX:
+            _JOINED.clear()
+        hit = _JOINED[id(case)] = (case, ident, preps, _Joined(preps))
+    joined = hit[3]
+    out = compare_prepared(np.concatenate(gs) if len(gs) != 1 else gs[0], joined, family, dtype)
+    keys = [key for key, _, _ in checks]
+    if out.worst_path is not None:
+        out.worst_path = (keys[out.worst_path[0]], out.worst_path[1])
+    if out.failure_path is not None:
+        out.failure_path = (keys[out.failure_path[0]], out.failure_path[1])
+    return out
+
+
+__all__ = ["to_tensors", "objective", "call", "compare_output", "compare_case", "compare_prepared", "prepare",
+           "prepare_output", "Outcome",
            "STATS", "set_mode", "mode"]

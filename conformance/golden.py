@@ -519,7 +519,14 @@ def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
             except OSError:
                 pass  # a read-only cache only costs time
     _check_cases(path, doc, family)
+    LOADED[family] = (actual, {c["id"]: c for c in doc["cases"]})
     return doc
+
+
+# family -> (sha256 of its file, {case id: the case as parsed}) of every family file loaded in this
+# process: lets the comparison core find the case data it prepared from those exact bytes before
+# (conformance/compare.py, ``prepare_case``)
+LOADED: dict = {}
 
 
 def _validated_marker(file_sha: str) -> Path | None:

@@ -169,3 +169,85 @@ def test_special_values_and_mpf_references():
         k = [c.passed for c in exact].index(False)
         assert (res.failure, res.failure_path) == (exact[k], (k,))
         assert res.worst == max(exact, key=lambda c: c.ratio)
+
+
+# ------------------------------------------------------------------------------------------------
+# A whole case in one pass, and the preparation kept on disk
+# ------------------------------------------------------------------------------------------------
+def _run_all(adapter, dtype, mode):
+    old = compare.set_mode(mode)
+    try:
+        return [runner.run_case(adapter, case, dtype, "cpu").to_json() for case in _corpus()
+                if case["formula"] in adapter.capabilities()]
+    finally:
+        compare.set_mode(old)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+def test_whole_case_comparison_equals_the_exact_loop_over_the_corpus(dtype):
+    # the runner compares a case's outputs in one pass (compare_case); in exact mode it runs
+    # tolerance.compare on every element, output by output: every field of every result agrees
+    adapter = runner.load_adapter("torch")
+    fast, exact = _run_all(adapter, dtype, "fast"), _run_all(adapter, dtype, "exact")
+    assert len(fast) > 1500
+    for a, b in zip(fast, exact):
+        assert a == b, a["case_id"]
+
+
+@pytest.mark.parametrize("wrong", wrong_adapters.WRONG_ADAPTERS, ids=[w.name for w in wrong_adapters.WRONG_ADAPTERS])
+def test_whole_case_comparison_equals_the_exact_loop_for_the_wrong_adapters(wrong):
+    adapter = wrong.adapter()
+    fast, exact = _run_all(adapter, "float32", "fast"), _run_all(adapter, "float32", "exact")
+    assert any(r["outcome"] == "fail" for r in fast)      # the comparison has failures to find
+    for a, b in zip(fast, exact):
+        assert a == b, a["case_id"]
+
+
+def _same_arrays(a, b):
+    for name in ("kind", "r_hi", "r_lo", "r_exact", "s", "rbool"):
+        assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
+    assert (a.index is None) == (b.index is None)
+    if a.index is not None:
+        assert len(a.index) == len(b.index) and all(np.array_equal(x, y) for x, y in zip(a.index, b.index))
+    assert (a.scalar, a.shape, a.token, a.plain) == (b.scalar, b.shape, b.token, b.plain)
+    assert a.paths == b.paths and a.refs == b.refs and a.scales == b.scales
+    for k in range(len(a)):
+        assert (a.path_at(k), a.ref_at(k), a.scale_at(k)) == (b.path_at(k), b.ref_at(k), b.scale_at(k))
+
+
+def test_prepared_read_back_from_disk_equals_a_fresh_preparation(tmp_path, monkeypatch):
+    monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(compare, "_FAMILIES", {})
+    cases = golden.load_all()
+    n = 0
+    for written in (True, False):       # the first pass writes the files, the second reads them back
+        compare._FAMILIES.clear()
+        for case in cases[::3]:
+            if case.get("expect_error"):
+                continue
+            for key, ref in list(case["outputs"].items()) + [(f"grad.{k}", v) for k, v in case["grad"].items()]:
+                token = compare._output_key(case, key, ref)
+                got = compare._loaded_entry(case, key, token)
+                if got is None:          # a ragged reference is not kept
+                    continue
+                if not written:
+                    assert got._refs is None        # read back from the file (its values found in the case)
+                want = compare.prepare(ref, case["scale"].get(key), case["positions"] if token else None)
+                _same_arrays(got, want)
+                n += 1
+        assert sorted(p.name for p in (tmp_path / "prepared").iterdir())   # one file per family
+    assert n > 2000      # both passes, every third case
+
+
+def test_a_case_not_read_from_its_file_is_prepared_afresh(tmp_path, monkeypatch):
+    # a copy of a case whose reference differs from the file's must never be judged with the
+    # file's prepared arrays
+    monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
+    case = next(c for c in golden.load_all() if c["formula"] == "kl.k3" and not c.get("expect_error"))
+    key = next(iter(case["outputs"]))
+    assert compare._loaded_entry(case, key, False) is not None
+    changed = dict(case, outputs={key: [["0.5" if x is not None else None for x in row]
+                                        for row in case["outputs"][key]]})
+    assert compare._loaded_entry(changed, key, False) is None
+    prep = compare.prepare_output(changed, key, changed["outputs"][key], None)
+    assert all(r == "0.5" for r in prep.refs)
