@@ -203,16 +203,28 @@ class Prepared:
             self._paths = list(zip(*[i.tolist() for i in self.index])) if len(self) else []
         return self._paths
 
+    def _raw_list(self, tree):
+        """The raw values of every element of ``tree`` (the reference or the scale) in order."""
+        n = len(self)
+        if tree is None:
+            return [None] * n
+        ks = self._source[2]
+        if ks is not None:
+            return [tree[int(ks[k])] for k in range(n)]
+        if self.index is None:
+            return [self._raw_at(tree, k) for k in range(n)]
+        return np.array(tree, dtype=object)[self.index].tolist()
+
     @property
     def refs(self):
         if self._refs is None:
-            self._refs = [self.ref_at(k) for k in range(len(self))]
+            self._refs = self._raw_list(self._source[0])
         return self._refs
 
     @property
     def scales(self):
         if self._scales is None:
-            self._scales = [self.scale_at(k) for k in range(len(self))]
+            self._scales = self._raw_list(self._source[1])
         return self._scales
 
 
@@ -644,9 +656,14 @@ def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_fail
         # every ratio is 0 except possibly those with ub > 0: the max is among them, or it is 0
         cand = np.flatnonzero(ratio_ub > 0)
     seen: dict = {}     # equal (result, reference, scale) give the equal comparison: ties cost one evaluation
+    if len(cand) > 32:  # many ties: the raw values of every element, listed at once
+        refs, scales = prep.refs, prep.scales
+        ref_at, scale_at = refs.__getitem__, scales.__getitem__
+    else:
+        ref_at, scale_at = prep.ref_at, prep.scale_at
     for k in cand.tolist():
         if k not in exact_ratio:
-            same = (float(g[k]), _hashable(prep.ref_at(k)), _hashable(prep.scale_at(k)))
+            same = (float(g[k]), _hashable(ref_at(k)), _hashable(scale_at(k)))
             c = seen.get(same)
             if c is None:
                 c = seen[same] = _exact(float(g[k]), prep, k, family, dtype)
@@ -847,6 +864,36 @@ def _read_family(path, cases: dict) -> dict:
     return entries
 
 
+_ARRAY_DTYPES = {"kind": np.int8, "r_hi": np.float64, "r_lo": np.float64, "r_exact": np.bool_, "s": np.float64,
+                 "rbool": np.bool_}
+
+
+def pack_prepared(prep: Prepared):
+    """A Prepared as bytes and numbers (for a cache entry; the raw values stay with the reference),
+    or None for one without index arrays (a ragged reference)."""
+    if prep.index is None and not prep.scalar:
+        return None
+    return (len(prep), [getattr(prep, name).astype(_ARRAY_DTYPES[name], copy=False).tobytes() for name in _ARRAYS],
+            [i.astype(np.int64, copy=False).tobytes() for i in prep.index or ()], prep.scalar,
+            None if prep.shape is None else list(prep.shape))
+
+
+def remember_prepared(ref, scale, packed) -> Prepared:
+    """Install what ``pack_prepared`` gave for ``prepare(ref, scale)`` (``ref`` and ``scale`` the
+    values it was packed from, read back exactly) so that ``prepare`` finds it."""
+    n, arrays, index, scalar, shape = packed
+    arrs = [np.frombuffer(b, dtype=_ARRAY_DTYPES[name]) for name, b in zip(_ARRAYS, arrays)]
+    if any(len(a) != n for a in arrs):
+        raise ValueError("a packed Prepared of the wrong length")
+    idx = tuple(np.frombuffer(b, dtype=np.int64) for b in index) or None
+    prep = Prepared(([()] if n else []) if scalar else None, None, None, *arrs, idx, scalar,
+                    None if shape is None else tuple(shape), False, source=(ref, scale, None))
+    if len(_PREPARED) > _PREPARED_MAX:
+        _PREPARED.clear()
+    _PREPARED[(id(ref), id(scale), id(None))] = (ref, scale, None, prep)
+    return prep
+
+
 class _NonNull:
     """The positions k of a per-token output (stored at positions) whose value is not null: the
     element numbers of its Prepared, listed when first asked."""
@@ -926,6 +973,14 @@ class _Joined:
     def path_at(self, k):
         p, i, j = self._locate(k)
         return j, p.path_at(i)
+
+    @property
+    def refs(self):
+        return [r for p in self.preps for r in p.refs]
+
+    @property
+    def scales(self):
+        return [r for p in self.preps for r in p.scales]
 
 
 _JOINED: dict = {}

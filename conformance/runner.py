@@ -14,7 +14,8 @@ import importlib
 import json
 import math
 import traceback
-from dataclasses import asdict, dataclass, field
+import copy
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
 from pgspec.reference import REGISTRY
@@ -66,12 +67,19 @@ class CaseResult:
     repro: str = ""
 
     def to_json(self):
-        d = asdict(self)
+        # as dataclasses.asdict gives it (a deep copy), without its generic walk: the fields are
+        # flat except two small dicts of JSON values
+        d = {name: getattr(self, name) for name in _CASE_RESULT_FIELDS}
+        for k in ("first_failure", "declaration"):
+            if d[k] is not None:
+                d[k] = copy.deepcopy(d[k])
         for k in ("error", "bound", "error_ratio"):
             if d[k] is not None and not math.isfinite(d[k]):
                 d[k] = str(d[k])
         return d
 
+
+_CASE_RESULT_FIELDS = tuple(f.name for f in fields(CaseResult))
 
 ADAPTER_ATTRIBUTES = ("name", "framework", "version", "dtypes", "devices", "capabilities", "call", "available",
                       "device_available")

@@ -111,3 +111,22 @@ def test_numpy_walk_prepares_what_the_general_path_prepares(monkeypatch):
             scale = rng.choice([None, [[abs(x) * 2 if x is not None else mpf(1) for x in row] for row in ref],
                                 [[mp.nstr(abs(x) if x is not None else mpf(1), 6) for x in row] for row in ref]])
             _same_prepared(compare.prepare(ref, scale), _general(ref, scale, monkeypatch))
+
+
+def test_case_result_json_is_what_asdict_gives():
+    import dataclasses
+    import math
+
+    r = runner.CaseResult("a", "v", "cpu", "float32", "id", "f", "fam", "cat", "fail", error=math.inf, bound=1.0,
+                          error_ratio=float("nan"), compared=3, first_failure={"output": "x", "index": [1, 2]},
+                          message="m", declaration={"kind": "bug", "nested": {"x": [1]}}, repro="r")
+    for result in (r, runner.CaseResult("a", "v", "cpu", "float64", "id", "f", "fam", "cat", "pass")):
+        want = dataclasses.asdict(result)
+        for k in ("error", "bound", "error_ratio"):
+            if want[k] is not None and not math.isfinite(want[k]):
+                want[k] = str(want[k])
+        got = result.to_json()
+        assert got == want and list(got) == list(want)
+        if result.first_failure is not None:     # a copy: the report never shares the result's dicts
+            assert got["first_failure"] is not result.first_failure
+            assert got["declaration"]["nested"] is not result.declaration["nested"]
