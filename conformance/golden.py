@@ -482,8 +482,6 @@ def _check_cases(path: Path, doc: dict, family: str) -> None:
 
 def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
     """Load one family file after checking its sha256 against the MANIFEST and its schema."""
-    import jsonschema
-
     path = directory / f"{family}.json"
     if not path.exists():
         raise GoldenError(f"{path}: no golden file for family {family!r}")
@@ -491,6 +489,8 @@ def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
     expected = load_manifest(directory)["files"].get(path.name)
     actual = hashlib.sha256(data).hexdigest()
     if expected != actual:
+        import jsonschema       # only where a file must be validated (a second per run otherwise)
+
         detail = ""
         try:
             jsonschema.validate(json.loads(data), _schema())
@@ -511,6 +511,8 @@ def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
         raise GoldenError(f"{path}: not valid JSON ({e})") from None
     marker = _validated_marker(actual)
     if marker is None or not marker.exists():
+        import jsonschema
+
         try:
             jsonschema.validate(doc, _schema())
         except jsonschema.ValidationError as e:
