@@ -796,8 +796,8 @@ def _family_entries(family: str, sha: str, cases: dict) -> dict:
     if path is not None and path.exists():
         try:
             return _read_family(path, cases)
-        except (OSError, ValueError, KeyError, IndexError, TypeError):
-            pass     # an unreadable entry only costs its preparation
+        except Exception:  # noqa: BLE001 - a damaged or unreadable entry only costs its preparation
+            pass
     entries = {}
     for cid, case in cases.items():
         if case.get("expect_error"):
@@ -832,25 +832,45 @@ def _write_family(path, entries: dict) -> None:
         istart += len(idx)
     if not rows:
         return
+    data = {"table": np.array(json.dumps(rows)),
+            "index": np.concatenate(index).astype(np.int64) if index else np.zeros(0, dtype=np.int64),
+            "lengths": np.array([len(i) for i in index], dtype=np.int64),
+            **{n: np.concatenate(a).astype(_ARRAY_DTYPES[n], copy=False) for n, a in arrays.items()}}
+    data["digest"] = np.array(_arrays_digest(data))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, table=np.array(json.dumps(rows)),
-                 index=np.concatenate(index) if index else np.zeros(0, dtype=np.int64),
-                 lengths=np.array([len(i) for i in index], dtype=np.int64),
-                 **{n: np.concatenate(a) for n, a in arrays.items()})
+        np.savez(tmp, **data)
         tmp.replace(path)
     except OSError:
         pass        # a read-only cache only costs time
+
+
+def _arrays_digest(data: dict) -> str:
+    """sha256 of a family entry's table and arrays (their dtypes, shapes and bytes): a damaged file
+    is prepared again, never read."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in ("table", "index", "lengths", *_ARRAYS):
+        a = data[name]
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(str(a).encode() if name == "table" else np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
 
 
 def _read_family(path, cases: dict) -> dict:
     import json
 
     with np.load(path, allow_pickle=False) as z:
-        rows = json.loads(str(z["table"]))
-        arr = {n: z[n] for n in _ARRAYS}
-        index, lengths = z["index"], z["lengths"]
+        data = {n: z[n] for n in ("table", "index", "lengths", *_ARRAYS)}
+        if str(z["digest"]) != _arrays_digest(data):
+            raise ValueError(f"{path}: damaged (its digest does not match its arrays)")
+    rows = json.loads(str(data["table"]))
+    arr = {n: data[n] for n in _ARRAYS}
+    index, lengths = data["index"], data["lengths"]
+    if any(arr[n].dtype != _ARRAY_DTYPES[n] for n in _ARRAYS) or index.dtype != np.int64:
+        raise ValueError(f"{path}: arrays of the wrong type")
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     entries = {}
     for cid, key, token, start, n, istart, nidx, scalar, shape in rows:

@@ -56,3 +56,43 @@ def test_records_from_the_cache_are_the_generated_ones(tmp_path, monkeypatch):
     seen = []
     golden._generate_records(cases, progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (len(cases), len(cases))
+
+
+def test_a_damaged_reference_entry_is_evaluated_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
+    with mp.workdps(60):
+        result = {"value": mpf(1) / 3, "grad": {}, "scale": {"value": mpf(1) / 3}}
+    key = C._key("agg.token_mean", {"values": [[1.0]], "mask": [[True]]}, {})
+    C._disk_put(key, result)
+    path = C._disk_path(key)
+    raw = bytearray(path.read_bytes())
+    assert C._disk_get(key)["value"] == result["value"]
+    raw[-3] ^= 1                      # one bit of the payload
+    path.write_bytes(bytes(raw))
+    assert C._disk_get(key) is None
+
+
+def test_a_damaged_prepared_golden_file_is_prepared_again(tmp_path, monkeypatch):
+    from pgspec.conformance import compare
+
+    monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(compare, "_FAMILIES", {})
+    case = next(c for c in golden.load_all() if c["formula"] == "kl.k3" and not c.get("expect_error"))
+    key = next(iter(case["outputs"]))
+    compare._loaded_entry(case, key, False)                  # writes the family's file
+    (path,) = (tmp_path / "prepared").iterdir()
+    sha, cases = golden.LOADED[case["family"]]
+    assert compare._read_family(path, cases)                  # intact: read back
+    import numpy as np
+    with np.load(path) as z:
+        data = {k: z[k] for k in z.files}
+    data["r_hi"] = data["r_hi"].copy()
+    data["r_hi"][0] += 1.0                                    # a wrong reference value
+    np.savez(path, **data)
+    import pytest
+    with pytest.raises(ValueError, match="damaged"):
+        compare._read_family(path, cases)
+    compare._FAMILIES.clear()
+    got = compare._loaded_entry(case, key, False)            # prepared afresh, not read
+    want = compare.prepare(case["outputs"][key], case["scale"].get(key))
+    assert np.array_equal(got.r_hi, want.r_hi)

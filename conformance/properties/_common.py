@@ -180,10 +180,11 @@ def _disk_path(key: str):
     return d / (name + ".marshal")
 
 
-# An entry is ``marshal`` data (Python's own format for code objects: nested lists, dicts, strings and
-# integers of any size, read back in C) of {"key": key, "result": packed, "prepared": [...]}: an mpf is
-# packed as the tuple (sign, mantissa, exponent, bits) of its exact value, and no other tuple occurs;
-# "prepared" holds the comparison core's preparation of each output (compare.pack_prepared).
+# An entry is the sha256 of its payload, then the payload: ``marshal`` data (Python's own format
+# for code objects: nested lists, dicts, strings and integers of any size, read back in C) of
+# {"key": key, "result": packed, "prepared": [...]}.  An mpf is packed as the tuple (sign, mantissa,
+# exponent, bits) of its exact value, and no other tuple occurs; "prepared" holds the comparison
+# core's preparation of each output (compare.pack_prepared).  A damaged entry is evaluated again.
 def _pack(x):
     if isinstance(x, mpf):
         return x._mpf_
@@ -207,13 +208,17 @@ def _unpack(x, _make=mp.make_mpf):
 
 
 def _disk_get(key: str):
+    import hashlib
     import marshal
 
     path = _disk_path(key)
     if path is None or not path.exists():
         return None
     try:
-        stored = marshal.loads(path.read_bytes())
+        raw = path.read_bytes()
+        if hashlib.sha256(raw[32:]).digest() != raw[:32]:
+            return None         # damaged: evaluated again
+        stored = marshal.loads(raw[32:])
         if stored.get("key") != key:
             return None
         result = _unpack(stored["result"])
@@ -235,6 +240,7 @@ def _compared_pairs(result):
 
 
 def _disk_put(key: str, result) -> None:
+    import hashlib
     import marshal
     import os
 
@@ -245,6 +251,7 @@ def _disk_put(key: str, result) -> None:
         # with the comparison core's preparation of each output, which the next run need not redo
         prepared = [core.pack_prepared(core.prepare(ref, scale)) for ref, scale in _compared_pairs(result)]
         data = marshal.dumps({"key": key, "result": _pack(result), "prepared": prepared})
+        data = hashlib.sha256(data).digest() + data         # read back only when intact
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_bytes(data)
