@@ -44,10 +44,9 @@ Strategies (all keyword arguments optional):
 
 from __future__ import annotations
 
+import functools
 import math
 import random
-
-from hypothesis import strategies as st
 
 # bf16-exact junk for masked positions: NaN, both infinities and finite garbage
 JUNK = (math.nan, math.inf, -math.inf, 3.0e38, -1.5, 0.0)
@@ -82,6 +81,8 @@ class DrawSource(Source):
         self.draw = draw
 
     def integer(self, lo, hi):
+        from hypothesis import strategies as st
+
         return self.draw(st.integers(lo, hi))
 
 
@@ -282,12 +283,31 @@ def long_sequence_batch(seed: int, lengths, *, fields=("logprobs", "old_logprobs
 
 
 # Strategies ------------------------------------------------------------------------------------
+# hypothesis is imported by whoever asks for a strategy, not by the seeded sources a `pgspec run`
+# uses (it costs a tenth of a second at import)
+def _composite(fn):
+    """``hypothesis.strategies.composite(fn)``, applied when the strategy is first asked for."""
+    built = []
+
+    @functools.wraps(fn)
+    def strategy(*args, **kwargs):
+        if not built:
+            from hypothesis import strategies as st
+
+            built.append(st.composite(fn))
+        return built[0](*args, **kwargs)
+
+    return strategy
+
+
 def logprob_values(max_exp: int = 10):
     """A bf16-exact log-prob in (-2, 0)."""
+    from hypothesis import strategies as st
+
     return st.builds(lambda e, m: -(1.0 + m / 128.0) * 2.0 ** -e, st.integers(0, max_exp), st.integers(0, 127))
 
 
-@st.composite
+@_composite
 def ragged_masks(draw, B=None, T=None, max_B: int = 4, max_T: int = 8, **kw):
     """Boolean [B,T] masks: masked prompt prefix (length >= 0), response (length >= 0), padding."""
     src = DrawSource(draw)
@@ -296,20 +316,20 @@ def ragged_masks(draw, B=None, T=None, max_B: int = 4, max_T: int = 8, **kw):
     return ragged_mask(src, B, T, **kw)
 
 
-@st.composite
+@_composite
 def padded_batches(draw, fields=("logprobs", "old_logprobs", "advantages"), **kw):
     """A ragged padded batch (see ``padded_batch`` for the keyword arguments)."""
     return padded_batch(DrawSource(draw), fields, **kw)
 
 
-@st.composite
+@_composite
 def grpo_groups(draw, B=None, max_B: int = 8):
     """``{"rewards", "group_ids"}`` with singleton and identical-reward groups."""
     src = DrawSource(draw)
     return grpo_group_data(src, src.integer(1, max_B) if B is None else B)
 
 
-@st.composite
+@_composite
 def logprob_triples(draw, B=None, T=None, max_B: int = 4, max_T: int = 8, mismatch: int = 16, extreme: bool = True,
                     junk: bool = True):
     """``{"mask", "logprobs", "old_logprobs", "sampler_logprobs"}`` with controlled mismatch."""
@@ -320,16 +340,18 @@ def logprob_triples(draw, B=None, T=None, max_B: int = 4, max_T: int = 8, mismat
     return {"mask": mask, **logprob_triple(src, mask, mismatch=mismatch, extreme=extreme, junk=junk)}
 
 
-@st.composite
+@_composite
 def long_sequences(draw, min_len: int = 1024, max_len: int = 9216, max_B: int = 2,
                    fields=("logprobs", "old_logprobs", "sampler_logprobs")):
     """One or two long sequences (up to ~9k tokens, the length of NeMo-RL#2269's collapse)."""
+    from hypothesis import strategies as st
+
     seed = draw(st.integers(0, 2 ** 32 - 1))
     lengths = draw(st.lists(st.integers(min_len, max_len), min_size=1, max_size=max_B))
     return long_sequence_batch(seed, lengths, fields=fields)
 
 
-@st.composite
+@_composite
 def document_packed_rows(draw, B=None, T=None, max_B: int = 3, max_T: int = 12, max_docs: int = 3):
     """``{"mask", "values", "document_ids"}``: packed rows of contiguous documents."""
     src = DrawSource(draw)
@@ -340,13 +362,13 @@ def document_packed_rows(draw, B=None, T=None, max_B: int = 3, max_T: int = 12, 
             "document_ids": document_ids_for(src, B, T, max_docs)}
 
 
-@st.composite
+@_composite
 def cp_partitions(draw):
     """``{"cp_size", "layout", "ownership"}`` for the zig-zag split."""
     return cp_partition(DrawSource(draw))
 
 
-@st.composite
+@_composite
 def micro_batch_partitions(draw, B: int):
     """Sizes of consecutive micro-batches summing to ``B``."""
     return micro_batch_sizes(DrawSource(draw), B)
