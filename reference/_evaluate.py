@@ -45,21 +45,25 @@ def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: 
             raise AssertionError(f"{formula_id}: outputs {sorted(raw)} do not match the declaration")
         result = {name: _values(v) for name, v in raw.items()}
         grads = {}
+        # one walk and sort of the graph of every output serves the gradient and the scales
+        order = _ad.graph_order([raw[o.name] for o in f.outputs]) if with_scale else None
         if f.differentiable:
-            d = _ad.backward(raw[f.grad_of])
+            d = _ad.backward(raw[f.grad_of], order=order)
             for name, nested_leaves in leaves.items():
                 grads[name] = _collect(nested_leaves, d)
         result["grad"] = grads
         if with_scale:
-            result["scale"] = _scales(f, raw, leaves)
+            result["scale"] = _scales(f, raw, leaves, order)
     return result
 
 
-def _scales(f: Formula, raw: dict, leaves: dict) -> dict:
+def _scales(f: Formula, raw: dict, leaves: dict, order=None) -> dict:
     scales = {}
     all_leaves = [leaf for nested in leaves.values() for _, leaf in _flat_items(nested) if leaf is not None]
-    for o in f.outputs:
-        out_scale, grad_scale = _ad.error_scales(raw[o.name], all_leaves if o.name == f.grad_of else [])
+    # all outputs at once: they share one walk of the graph and one forward error pass
+    results = _ad.error_scales_of([(raw[o.name], all_leaves if o.name == f.grad_of else []) for o in f.outputs],
+                                  order)
+    for o, (out_scale, grad_scale) in zip(f.outputs, results):
         scales[o.name] = out_scale
         if o.name == f.grad_of:
             for name, nested in leaves.items():
