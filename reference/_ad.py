@@ -22,7 +22,7 @@ import itertools
 import math
 
 from mpmath import mp, mpf
-from mpmath.libmp import mpf_abs, to_float
+from mpmath.libmp import from_float, mpf_abs, to_float
 
 __all__ = [
     "Var", "value_of", "is_var", "sg", "exp", "log", "log1p", "expm1", "expm1_minus_x",
@@ -386,7 +386,11 @@ def _out_scale(x, err):
     if isinstance(x, (list, tuple)):
         return [_out_scale(i, err) for i in x]
     if isinstance(x, Var):
-        return mpf(err(x)) if x.parents else abs(x.value)
+        if not x.parents:
+            return abs(x.value)
+        e = err(x)
+        # mpf(float) is exact (53 bits, less than any working precision): built without mpf()'s dispatch
+        return mp.make_mpf(from_float(e)) if type(e) is float and mp.prec >= 53 else mpf(e)
     if x is None or isinstance(x, bool):
         return None
     return abs(x)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mpmath import mp, mpf
+from mpmath.libmp import from_float as _from_float
 
 from . import _ad
 from ._errors import SpecError
@@ -252,6 +253,7 @@ def _leaf(x, name, fid, mask, path, k):
     return v
 
 
+_make_mpf = mp.make_mpf
 _INF = float("inf")
 _FLOATS: dict = {}
 
@@ -276,7 +278,22 @@ def _values(x):
 
 def _collect(leaves, d):
     if isinstance(leaves, list):
+        if leaves and not isinstance(leaves[0], list):  # a row of leaves: the common, long case
+            prec = mp.prec
+            return [mpf(0) if x is None else _as_mpf(d.get(id(x), 0), prec) for x in leaves]
         return [_collect(item, d) for item in leaves]
     if leaves is None:
         return mpf(0)
-    return mpf(d.get(id(leaves), 0))
+    return _as_mpf(d.get(id(leaves), 0), mp.prec)
+
+
+def _as_mpf(x, prec):
+    """mpf(x), skipping mpf()'s generic conversion where it is known to change nothing: a gradient
+    is already an mpf of at most ``prec`` bits (mpf() would return an equal copy), and a scale is a
+    float, which converts exactly (from_float at 53 bits; the working precision is more)."""
+    t = type(x)
+    if t is mpf and x._mpf_[3] <= prec:
+        return x
+    if t is float and prec >= 53:
+        return _make_mpf(_from_float(x))
+    return mpf(x)
