@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 
 from mpmath import mp, mpf
-from mpmath.libmp import from_float, mpf_abs, to_float
+from mpmath.libmp import fnone, from_float, fzero, mpf_abs, mpf_add, mpf_exp, mpf_pos, to_float
 
 __all__ = [
     "Var", "value_of", "is_var", "sg", "exp", "log", "log1p", "expm1", "expm1_minus_x",
@@ -164,8 +165,40 @@ def log1p(x):
 
 def expm1(x):
     if isinstance(x, Var):
-        return Var(mp.expm1(x.value), ((x, mp.exp(x.value)),))
-    return mp.expm1(x)
+        return Var(_mp_expm1(x.value), ((x, mp.exp(x.value)),))
+    return _mp_expm1(x)
+
+
+def _mp_expm1(x):
+    """mp.expm1(x), bit for bit, for an mpf x.
+
+    mpmath's expm1 (mpmath/functions/functions.py, with ctx_base.sum_accurately) evaluates
+    exp(x) + (-1) at the precision + 10 + extraprec + 5 bits, extraprec = 10 first, and again with
+    extraprec increased by the cancellation (capped at that precision) until the cancellation is
+    below extraprec; then it rounds once to the working precision.  The same steps on the raw libmp
+    numbers, without setting the context's precision four times a call (most of its cost here:
+    k3 = expm1(x) - x takes three expm1 per token).  Zero, non-finite and tiny x (|x| < 2^-(prec+10),
+    where mpmath returns x + x^2/2) go to mp.expm1 itself.  tests/test_ad_scales.py checks the two
+    agree bit for bit."""
+    m = x._mpf_ if type(x) is mpf else None
+    prec, rnd = mp._prec_rounding
+    wp = prec + 10  # the guard bits of mpmath's function wrapper
+    if m is None or not m[1] or m[2] + m[3] < -wp:
+        return mp.expm1(x)
+    extraprec = 10
+    while True:
+        p = wp + extraprec + 5
+        e = mpf_exp(m, p, rnd)
+        s = mpf_add(mpf_add(fzero, e, p, rnd), fnone, p, rnd)  # (0 + exp(x)) + (-1)
+        max_mag = max(e[2] + e[3], 1)  # the magnitudes of the terms: exp(x), and 1 for -1
+        if not s[1]:  # an exact zero sum: cancellation infinite
+            extraprec += p
+            continue
+        cancellation = max_mag - (s[2] + s[3])
+        if cancellation < extraprec:
+            break
+        extraprec += min(p, cancellation)
+    return mp.make_mpf(mpf_pos(s, prec, rnd))
 
 
 def _expm1_minus_x_value(x):
@@ -175,7 +208,7 @@ def _expm1_minus_x_value(x):
         return mpf(0)
     extra = 10 + max(0, -mp.mag(x))  # mag(x) >= log2|x|
     with mp.workprec(mp.prec + extra):
-        y = mp.expm1(x) - x
+        y = _mp_expm1(x) - x
     return +y
 
 
@@ -183,7 +216,7 @@ def expm1_minus_x(x):
     """e^x - 1 - x, exact to working precision even for tiny |x| (the k3 core)."""
     if isinstance(x, Var):
         # its error scale is that of the formula as usually written, exp(x) - 1 - x
-        return Var(_expm1_minus_x_value(x.value), ((x, mp.expm1(x.value)),), rounding="expm1_minus_x")
+        return Var(_expm1_minus_x_value(x.value), ((x, _mp_expm1(x.value)),), rounding="expm1_minus_x")
     return _expm1_minus_x_value(x)
 
 
@@ -337,6 +370,9 @@ def _order(n):
     return n.order
 
 
+_ORDER = operator.attrgetter("order")  # _order, without a Python call per node
+
+
 def error_scales(output, leaves):
     """The tolerance model's scale S (spec/tolerance.md): a first-order error bound, in units of u.
 
@@ -419,7 +455,7 @@ def graph_order(outputs):
                 stack.append(p)
         if n.source is not None and id(n.source) not in seen:
             stack.append(n.source)
-    nodes.sort(key=_order)
+    nodes.sort(key=_ORDER)
     for i, n in enumerate(nodes):
         n._i = i
     return nodes
@@ -625,13 +661,23 @@ def _rounding(n):
     if n.rounding == "expm1_minus_x":
         # exp(x) - 1 - x as usually written: three roundings of magnitude e^x, e^x - 1 and the result
         x = n.parents[0][0].value
-        return abs(mp.exp(x)) + abs(mp.expm1(x)) + abs(n.value)
+        return abs(mp.exp(x)) + abs(_mp_expm1(x)) + abs(n.value)
     return abs(n.value)
 
 
 def _flatten(x):
-    if isinstance(x, (list, tuple)):
-        for item in x:
-            yield from _flatten(item)
-    else:
-        yield x
+    """The elements of nested lists (or tuples) in depth-first order, as a list (a recursive
+    generator costs a frame switch per element and level: the outputs have up to 64k elements)."""
+    if not isinstance(x, (list, tuple)):
+        return [x]
+    out = []
+    _flatten_into(x, out)
+    return out
+
+
+def _flatten_into(x, out):
+    for item in x:
+        if isinstance(item, (list, tuple)):
+            _flatten_into(item, out)
+        else:
+            out.append(item)

@@ -162,6 +162,11 @@ def _shape(x, name, fid, path=()):
     if isinstance(x, (list, tuple)):
         if not x:
             return (0,)
+        for item in x:
+            if isinstance(item, (list, tuple)):
+                break
+        else:  # a row of numbers (each of shape ()): the common, long case, without a call per element
+            return (len(x),)
         subs = [_shape(item, name, fid, path + (k,)) for k, item in enumerate(x)]
         first = subs[0]
         for k, s in enumerate(subs):
@@ -260,6 +265,9 @@ _FLOATS: dict = {}
 
 def _make_leaves(x):
     if isinstance(x, list):
+        if x and not isinstance(x[0], list):  # a row (inputs are rectangular): no call per element
+            Var = _ad.Var
+            return [None if item is None else Var(item) for item in x]
         return [_make_leaves(item) for item in x]
     if x is None:
         return None

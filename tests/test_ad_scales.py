@@ -76,3 +76,20 @@ def test_a_leaf_outside_the_graph_has_scale_zero_even_with_another_graphs_index(
         _ad.error_scales(a * a, [a])      # gives a an index in that graph
         out, grads = _ad.error_scales(b * b + 1, [a, b])
         assert grads[id(a)] == 0.0 and grads[id(b)] == _ad._error_scales_generic(b * b + 1, [b])[1][id(b)]
+
+
+@pytest.mark.parametrize("prec", [64, 203, 260])
+def test_expm1_equals_mpmaths_bit_for_bit(prec):
+    import random
+
+    rng = random.Random(prec)
+    with mp.workprec(prec):
+        xs = [mpf(0), mpf(1), mpf(-1), mpf("1e-70"), mpf(700), mpf(-700), mpf("inf"), mpf("-inf"), mpf("nan"),
+              mpf(2) ** -(prec + 9), mpf(2) ** -(prec + 11), -mpf(2) ** -(prec + 10)]
+        for _ in range(3000):
+            bits = rng.choice([8, 53, prec])
+            scale = mpf(2) ** rng.choice([rng.randint(-80, 8), rng.randint(-300, -190)])
+            xs.append(rng.choice([1, -1]) * mpf(rng.getrandbits(bits) + 1) / mpf(2) ** bits * scale)
+        for x in xs:
+            ours, theirs = _ad._mp_expm1(x), mp.expm1(x)
+            assert ours._mpf_ == theirs._mpf_ or (ours != ours and theirs != theirs), x
