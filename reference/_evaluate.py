@@ -60,7 +60,7 @@ def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: 
 
 def _scales(f: Formula, raw: dict, leaves: dict, order=None) -> dict:
     scales = {}
-    all_leaves = [leaf for nested in leaves.values() for _, leaf in _flat_items(nested) if leaf is not None]
+    all_leaves = [leaf for nested in leaves.values() for leaf in _ad._flatten(nested) if leaf is not None]
     # all outputs at once: they share one walk of the graph and one forward error pass
     results = _ad.error_scales_of([(raw[o.name], all_leaves if o.name == f.grad_of else []) for o in f.outputs],
                                   order)
@@ -70,14 +70,6 @@ def _scales(f: Formula, raw: dict, leaves: dict, order=None) -> dict:
             for name, nested in leaves.items():
                 scales[f"grad.{name}"] = _collect(nested, grad_scale)
     return scales
-
-
-def _flat_items(x):
-    if isinstance(x, list):
-        for item in x:
-            yield from _flat_items(item)
-    else:
-        yield None, x
 
 
 def check_params(f: Formula, params: dict | None) -> dict:
@@ -288,7 +280,8 @@ def _collect(leaves, d):
     if isinstance(leaves, list):
         if leaves and not isinstance(leaves[0], list):  # a row of leaves: the common, long case
             prec = mp.prec
-            return [mpf(0) if x is None else _as_mpf(d.get(id(x), 0), prec) for x in leaves]
+            zero = mpf(0)  # one shared zero for the masked positions (an mpf is immutable)
+            return [zero if x is None else _as_mpf(d.get(id(x), 0), prec) for x in leaves]
         return [_collect(item, d) for item in leaves]
     if leaves is None:
         return mpf(0)

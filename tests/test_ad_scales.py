@@ -29,7 +29,7 @@ def _graph(case):
     params = _evaluate.check_params(f, case.params)
     converted, leaves = _evaluate.convert_inputs(f, case.inputs, track_all=True)
     raw = f.func(**converted, **params)
-    all_leaves = [leaf for nested in leaves.values() for _, leaf in _evaluate._flat_items(nested) if leaf is not None]
+    all_leaves = [leaf for nested in leaves.values() for leaf in _ad._flatten(nested) if leaf is not None]
     return f, raw, all_leaves
 
 
