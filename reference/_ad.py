@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 
 from mpmath import mp, mpf
+from mpmath.libmp import fnone, from_float, fzero, mpf_abs, mpf_add, mpf_exp, mpf_pos, to_float
 
 __all__ = [
     "Var", "value_of", "is_var", "sg", "exp", "log", "log1p", "expm1", "expm1_minus_x",
@@ -35,7 +37,8 @@ _HALF = mpf(1) / 2
 class Var:
     """A differentiable mpf value: ``value`` and ``parents`` = ((operand, d self / d operand), ...)."""
 
-    __slots__ = ("value", "parents", "order", "rounding", "source", "dscale")
+    # _i, _e, _v, _dv: scratch of graph_order() and error_scales_of() (see there), not part of the node
+    __slots__ = ("value", "parents", "order", "rounding", "source", "dscale", "_i", "_e", "_v", "_dv")
 
     def __init__(self, value, parents=(), rounding=None, source=None, dscale=None):
         self.value = value
@@ -162,8 +165,40 @@ def log1p(x):
 
 def expm1(x):
     if isinstance(x, Var):
-        return Var(mp.expm1(x.value), ((x, mp.exp(x.value)),))
-    return mp.expm1(x)
+        return Var(_mp_expm1(x.value), ((x, mp.exp(x.value)),))
+    return _mp_expm1(x)
+
+
+def _mp_expm1(x):
+    """mp.expm1(x), bit for bit, for an mpf x.
+
+    mpmath's expm1 (mpmath/functions/functions.py, with ctx_base.sum_accurately) evaluates
+    exp(x) + (-1) at the precision + 10 + extraprec + 5 bits, extraprec = 10 first, and again with
+    extraprec increased by the cancellation (capped at that precision) until the cancellation is
+    below extraprec; then it rounds once to the working precision.  The same steps on the raw libmp
+    numbers, without setting the context's precision four times a call (most of its cost here:
+    k3 = expm1(x) - x takes three expm1 per token).  Zero, non-finite and tiny x (|x| < 2^-(prec+10),
+    where mpmath returns x + x^2/2) go to mp.expm1 itself.  tests/test_ad_scales.py checks the two
+    agree bit for bit."""
+    m = x._mpf_ if type(x) is mpf else None
+    prec, rnd = mp._prec_rounding
+    wp = prec + 10  # the guard bits of mpmath's function wrapper
+    if m is None or not m[1] or m[2] + m[3] < -wp:
+        return mp.expm1(x)
+    extraprec = 10
+    while True:
+        p = wp + extraprec + 5
+        e = mpf_exp(m, p, rnd)
+        s = mpf_add(mpf_add(fzero, e, p, rnd), fnone, p, rnd)  # (0 + exp(x)) + (-1)
+        max_mag = max(e[2] + e[3], 1)  # the magnitudes of the terms: exp(x), and 1 for -1
+        if not s[1]:  # an exact zero sum: cancellation infinite
+            extraprec += p
+            continue
+        cancellation = max_mag - (s[2] + s[3])
+        if cancellation < extraprec:
+            break
+        extraprec += min(p, cancellation)
+    return mp.make_mpf(mpf_pos(s, prec, rnd))
 
 
 def _expm1_minus_x_value(x):
@@ -173,7 +208,7 @@ def _expm1_minus_x_value(x):
         return mpf(0)
     extra = 10 + max(0, -mp.mag(x))  # mag(x) >= log2|x|
     with mp.workprec(mp.prec + extra):
-        y = mp.expm1(x) - x
+        y = _mp_expm1(x) - x
     return +y
 
 
@@ -181,7 +216,7 @@ def expm1_minus_x(x):
     """e^x - 1 - x, exact to working precision even for tiny |x| (the k3 core)."""
     if isinstance(x, Var):
         # its error scale is that of the formula as usually written, exp(x) - 1 - x
-        return Var(_expm1_minus_x_value(x.value), ((x, mp.expm1(x.value)),), rounding="expm1_minus_x")
+        return Var(_expm1_minus_x_value(x.value), ((x, _mp_expm1(x.value)),), rounding="expm1_minus_x")
     return _expm1_minus_x_value(x)
 
 
@@ -282,59 +317,60 @@ def total(terms):
 
 # backward ------------------------------------------------------------------------------------
 
-def backward(output, cotangent=1):
+def backward(output, cotangent=1, order=None):
     """d output / d leaf for every Var reachable from ``output`` (a Var, or nested lists of them).
 
     For a nested output the cotangent is one on every element, i.e. the gradient of the sum of the
     outputs (the vector-Jacobian product with a ones vector, as ``y.backward(ones_like(y))``).
     Returns a dict from ``id(var)`` to its derivative (an mpf).
+
+    ``order``: graph_order() of ``output`` and possibly more (evaluate() shares one with
+    error_scales_of()); nodes that ``output`` does not depend on receive nothing and are skipped.
     """
     roots = [v for v in _flatten(output) if isinstance(v, Var)]
-    grads: dict[int, object] = {}
     if not roots:
-        return grads
-    # Collect the graph, then visit nodes in reverse creation order: a node is created after
-    # every operand it depends on, so this is a valid reverse topological order.
-    nodes = {}
-    stack = list(roots)
-    while stack:
-        n = stack.pop()
-        if id(n) in nodes:
-            continue
-        nodes[id(n)] = n
-        for p, _ in n.parents:
-            if id(p) not in nodes:
-                stack.append(p)
+        return {}
+    # Visit nodes in reverse creation order: a node is created after every operand it depends on,
+    # so this is a valid reverse topological order.
+    if order is None:
+        order = graph_order(roots)
+    N = len(order)
+    grads = [None] * N  # by position in order (node._i)
     for r in roots:
-        grads[id(r)] = grads.get(id(r), 0) + cotangent
+        i = r._i
+        grads[i] = (0 if grads[i] is None else grads[i]) + cotangent
     # A node's cotangent is the sum of its consumers' contributions.  They are collected and summed
     # exactly (mp.fsum, one rounding), so that 1 + 1e-87 - 1 gives 1e-87 whatever the order: two
     # paths through +x and -x must not wipe out a third, tiny one.
-    get = grads.get
-    for n in sorted(nodes.values(), key=_order, reverse=True):
-        g = get(id(n))
-        if g is None or not n.parents:
+    fsum = mp.fsum
+    for n in reversed(order):
+        parents = n.parents
+        if not parents:
+            continue
+        i = n._i
+        g = grads[i]
+        if g is None:
             continue
         if type(g) is list:
-            g = grads[id(n)] = mp.fsum(g)
-        for p, d in n.parents:
-            pid = id(p)
+            g = grads[i] = fsum(g)
+        for p, d in parents:
+            j = p._i
             contribution = g if type(d) is int and d == 1 else g * d  # the int 1 of total() and +, -
-            prev = get(pid)
+            prev = grads[j]
             if prev is None:
-                grads[pid] = contribution
+                grads[j] = contribution
             elif type(prev) is list:
                 prev.append(contribution)
             else:
-                grads[pid] = [prev, contribution]
-    for k, g in grads.items():
-        if type(g) is list:
-            grads[k] = mp.fsum(g)
-    return grads
+                grads[j] = [prev, contribution]
+    return {id(n): (fsum(g) if type(g) is list else g) for n, g in zip(order, grads) if g is not None}
 
 
 def _order(n):
     return n.order
+
+
+_ORDER = operator.attrgetter("order")  # _order, without a Python call per node
 
 
 def error_scales(output, leaves):
@@ -352,6 +388,13 @@ def error_scales(output, leaves):
 
     Returns (scale of each output element as nested lists like ``output``, {id(leaf): scale}).
     """
+    return error_scales_of([(output, leaves)])[0]
+
+
+def _error_scales_generic(output, leaves):
+    """error_scales() of one output by the plain definition (_scale_pass), in floats and, should a
+    magnitude leave the float range, again in low-precision mpf.  error_scales_of() gives the same
+    numbers faster; it falls back to this for an output whose float pass is not finite."""
     roots = [v for v in _flatten(output) if isinstance(v, Var)]
     nodes = {}
     stack = list(roots)
@@ -372,16 +415,199 @@ def error_scales(output, leaves):
         values = list(E.values()) + list(grad_scales.values())
         if number is not float or all(math.isfinite(v) for v in values):
             break
-    def out_scale(x):
-        if isinstance(x, (list, tuple)):
-            return [out_scale(i) for i in x]
-        if isinstance(x, Var):
-            return mpf(E[id(x)]) if x.parents else abs(x.value)
-        if x is None or isinstance(x, bool):
-            return None
-        return abs(x)
+    return _out_scale(output, lambda x: E[id(x)]), grad_scales
 
-    return out_scale(output), grad_scales
+
+def _out_scale(x, err):
+    if isinstance(x, (list, tuple)):
+        return [_out_scale(i, err) for i in x]
+    if isinstance(x, Var):
+        if not x.parents:
+            return abs(x.value)
+        e = err(x)
+        # mpf(float) is exact (53 bits, less than any working precision): built without mpf()'s dispatch
+        return mp.make_mpf(from_float(e)) if type(e) is float and mp.prec >= 53 else mpf(e)
+    if x is None or isinstance(x, bool):
+        return None
+    return abs(x)
+
+
+def graph_order(outputs):
+    """Every Var that the outputs (Vars, or nested lists of them) depend on, through operands and
+    through the source of an sg[x], in creation order (a topological order: operands first).
+
+    Each node's ``_i`` is set to its position in the list: the passes below keep their per-node
+    numbers in lists indexed by it instead of dicts keyed by id(node).  One order serves backward()
+    and error_scales_of() for all the outputs of a formula, so the graph is walked and sorted once.
+    """
+    nodes = []
+    seen = set()
+    stack = [v for v in _flatten(outputs) if isinstance(v, Var)]
+    while stack:
+        n = stack.pop()
+        k = id(n)
+        if k in seen:
+            continue
+        seen.add(k)
+        nodes.append(n)
+        for p, _ in n.parents:
+            if id(p) not in seen:
+                stack.append(p)
+        if n.source is not None and id(n.source) not in seen:
+            stack.append(n.source)
+    nodes.sort(key=_ORDER)
+    for i, n in enumerate(nodes):
+        n._i = i
+    return nodes
+
+
+def error_scales_of(requests, order=None):
+    """error_scales(output, leaves) for each (output, leaves) of ``requests``, sharing the work.
+
+    The numbers are those of _error_scales_generic(), bit for bit: the same float operations on the
+    same operands in the same order.  What is shared is only what the generic pass recomputes: the
+    walk and sort of the graph (``order``, from graph_order() of all the outputs, may be passed in),
+    the forward pass E (a node's E depends only on the node and its operands, so one pass over
+    the union of the outputs' graphs serves every output), and the conversions of values and local
+    derivatives to float (each node's done once, in _float_errors(), and kept on the node).  The
+    backward part runs only for an output with leaves (only the differentiated output has any).
+
+    If a float leaves the float range anywhere in the shared pass, each output is recomputed
+    alone by _error_scales_generic(), which decides between floats and mpf for that output as
+    error_scales always has.
+    """
+    roots_of = [[v for v in _flatten(out) if isinstance(v, Var)] for out, _ in requests]
+    if order is None:
+        order = graph_order([r for roots in roots_of for r in roots])
+    finite = _float_errors(order)
+    results = []
+    for (output, leaves), roots in zip(requests, roots_of):
+        if finite:
+            grad_scales = _float_grad_scales(order, roots, leaves) if leaves else {}
+            if all(math.isfinite(v) for v in grad_scales.values()):
+                results.append((_out_scale(output, _e_of), grad_scales))
+                continue
+        results.append(_error_scales_generic(output, leaves))
+    return results
+
+
+def _e_of(n):
+    return n._e
+
+
+_RND = mp._prec_rounding[1]  # the rounding of float(mpf): to nearest
+
+
+def _float(x):
+    """float(x) as _scale_pass's number(x) computes it (to nearest), without mpf.__float__'s dispatch."""
+    m = getattr(x, "_mpf_", None)
+    return float(x) if m is None else to_float(m, False, _RND)
+
+
+def _abs_float(x):
+    """abs(float(x)), bit for bit.  For a finite nonzero mpf (sign, man, exp, bc) it is
+    ldexp(float(man), exp): float(man) rounds the integer man to 53 bits, to nearest with ties to
+    even, exactly as to_float() does, and ldexp then scales it as to_float()'s own ldexp does."""
+    m = getattr(x, "_mpf_", None)
+    if m is None:
+        return abs(float(x))
+    if m[1]:
+        try:
+            return math.ldexp(float(m[1]), m[2])
+        except OverflowError:
+            pass
+    return abs(to_float(m, False, _RND))
+
+
+def _abs_float_64(m):
+    """float(abs(x)) at 64 bits of precision (what _scale_pass's _rounding(n) = abs(n.value) gives under
+    workprec(64)), for the raw mpf m of x: the mantissa is rounded to 64 bits, to nearest with ties to
+    even as mpf_abs() rounds it, then to a float like _abs_float().  Same bits as
+    to_float(mpf_abs(m, 64, "n"), False, "n"), without the two normalisations."""
+    sign, man, exp, bc = m
+    if man and bc > 64:
+        shift = bc - 64
+        q = man >> shift
+        rem = man - (q << shift)
+        half = 1 << (shift - 1)
+        if rem > half or (rem == half and q & 1):
+            q += 1
+        try:
+            return math.ldexp(float(q), exp + shift)
+        except OverflowError:
+            pass
+    return to_float(mpf_abs(m, 64, _RND), False, _RND)
+
+
+def _float_errors(order):
+    """The forward pass of _scale_pass(number=float) over ``order``: sets each node's ``_e`` (E),
+    ``_v`` (abs(float(value)), for the backward part) and ``_dv`` (abs(float(d)) of each operand's
+    local derivative d).  Returns whether every E is finite."""
+    finite = True
+    isfinite = math.isfinite
+    with mp.workprec(64):  # _rounding() runs at the precision _scale_pass gives it
+        for n in order:
+            value = n.value
+            n._v = v = _abs_float(value)
+            parents = n.parents
+            n._dv = dv = tuple([abs(float(d)) if type(d) is int else _abs_float(d) for _, d in parents])
+            src = n.source
+            if src is not None:
+                n._e = e = src._e  # sg[x] carries x's error
+            else:
+                r = n.rounding
+                if not parents:
+                    # an input is exact; a constant-valued node with a stated rounding keeps it
+                    e = _float(r) if isinstance(r, mpf) else 0.0
+                elif r is None and type(value) is mpf:
+                    # one correctly rounded operation: |value| rounded to the pass's 64 bits, then to
+                    # a float (a value of at most 64 bits is exact at 64 bits: that is |float(value)|)
+                    m = value._mpf_
+                    e = v if m[3] <= 64 else _abs_float_64(m)
+                else:
+                    e = _float(_rounding(n))
+                for (p, _), ad in zip(parents, dv):
+                    e += ad * p._e
+                n._e = e
+            if finite and not isfinite(e):
+                finite = False
+    return finite
+
+
+def _float_grad_scales(order, roots, leaves):
+    """The backward part of _scale_pass(number=float), after _float_errors(order)."""
+    N = len(order)
+    A = [None] * N  # None: not reached from the roots
+    C = [0.0] * N
+    for r in roots:
+        i = r._i
+        A[i] = (0.0 if A[i] is None else A[i]) + 1
+    for n in reversed(order):
+        i = n._i
+        a = A[i]
+        if a is None:
+            continue
+        c = C[i]
+        e, v = n._e, n._v
+        step = c + a * (1 + (e / v if v != 0 else e))
+        ds = n.dscale
+        for k, ((p, d), ad) in enumerate(zip(n.parents, n._dv)):
+            j = p._i
+            prev = A[j]
+            A[j] = (0.0 if prev is None else prev) + a * ad
+            if ds is not None:  # a fused node states its derivatives' error
+                C[j] = C[j] + c * ad + a * _float(ds[k])
+            else:
+                # the +-1 of a sum or difference is exact (see _scale_pass)
+                C[j] = C[j] + (c if type(d) is int else step) * ad
+    grad_scales = {}
+    for leaf in leaves:
+        i = getattr(leaf, "_i", None)  # a leaf outside this graph may carry another graph's _i
+        if i is not None and i < N and order[i] is leaf:
+            grad_scales[id(leaf)] = (0.0 if A[i] is None else A[i]) + C[i]
+        else:
+            grad_scales[id(leaf)] = 0.0 + 0.0
+    return grad_scales
 
 
 def _scale_pass(order, nodes, roots, leaves, number):
@@ -435,13 +661,23 @@ def _rounding(n):
     if n.rounding == "expm1_minus_x":
         # exp(x) - 1 - x as usually written: three roundings of magnitude e^x, e^x - 1 and the result
         x = n.parents[0][0].value
-        return abs(mp.exp(x)) + abs(mp.expm1(x)) + abs(n.value)
+        return abs(mp.exp(x)) + abs(_mp_expm1(x)) + abs(n.value)
     return abs(n.value)
 
 
 def _flatten(x):
-    if isinstance(x, (list, tuple)):
-        for item in x:
-            yield from _flatten(item)
-    else:
-        yield x
+    """The elements of nested lists (or tuples) in depth-first order, as a list (a recursive
+    generator costs a frame switch per element and level: the outputs have up to 64k elements)."""
+    if not isinstance(x, (list, tuple)):
+        return [x]
+    out = []
+    _flatten_into(x, out)
+    return out
+
+
+def _flatten_into(x, out):
+    for item in x:
+        if isinstance(item, (list, tuple)):
+            _flatten_into(item, out)
+        else:
+            out.append(item)

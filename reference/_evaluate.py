@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mpmath import mp, mpf
+from mpmath.libmp import from_float as _from_float
 
 from . import _ad
 from ._errors import SpecError
@@ -45,34 +46,30 @@ def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: 
             raise AssertionError(f"{formula_id}: outputs {sorted(raw)} do not match the declaration")
         result = {name: _values(v) for name, v in raw.items()}
         grads = {}
+        # one walk and sort of the graph of every output serves the gradient and the scales
+        order = _ad.graph_order([raw[o.name] for o in f.outputs]) if with_scale else None
         if f.differentiable:
-            d = _ad.backward(raw[f.grad_of])
+            d = _ad.backward(raw[f.grad_of], order=order)
             for name, nested_leaves in leaves.items():
                 grads[name] = _collect(nested_leaves, d)
         result["grad"] = grads
         if with_scale:
-            result["scale"] = _scales(f, raw, leaves)
+            result["scale"] = _scales(f, raw, leaves, order)
     return result
 
 
-def _scales(f: Formula, raw: dict, leaves: dict) -> dict:
+def _scales(f: Formula, raw: dict, leaves: dict, order=None) -> dict:
     scales = {}
-    all_leaves = [leaf for nested in leaves.values() for _, leaf in _flat_items(nested) if leaf is not None]
-    for o in f.outputs:
-        out_scale, grad_scale = _ad.error_scales(raw[o.name], all_leaves if o.name == f.grad_of else [])
+    all_leaves = [leaf for nested in leaves.values() for leaf in _ad._flatten(nested) if leaf is not None]
+    # all outputs at once: they share one walk of the graph and one forward error pass
+    results = _ad.error_scales_of([(raw[o.name], all_leaves if o.name == f.grad_of else []) for o in f.outputs],
+                                  order)
+    for o, (out_scale, grad_scale) in zip(f.outputs, results):
         scales[o.name] = out_scale
         if o.name == f.grad_of:
             for name, nested in leaves.items():
                 scales[f"grad.{name}"] = _collect(nested, grad_scale)
     return scales
-
-
-def _flat_items(x):
-    if isinstance(x, list):
-        for item in x:
-            yield from _flat_items(item)
-    else:
-        yield None, x
 
 
 def check_params(f: Formula, params: dict | None) -> dict:
@@ -157,6 +154,11 @@ def _shape(x, name, fid, path=()):
     if isinstance(x, (list, tuple)):
         if not x:
             return (0,)
+        for item in x:
+            if isinstance(item, (list, tuple)):
+                break
+        else:  # a row of numbers (each of shape ()): the common, long case, without a call per element
+            return (len(x),)
         subs = [_shape(item, name, fid, path + (k,)) for k, item in enumerate(x)]
         first = subs[0]
         for k, s in enumerate(subs):
@@ -248,12 +250,16 @@ def _leaf(x, name, fid, mask, path, k):
     return v
 
 
+_make_mpf = mp.make_mpf
 _INF = float("inf")
 _FLOATS: dict = {}
 
 
 def _make_leaves(x):
     if isinstance(x, list):
+        if x and not isinstance(x[0], list):  # a row (inputs are rectangular): no call per element
+            Var = _ad.Var
+            return [None if item is None else Var(item) for item in x]
         return [_make_leaves(item) for item in x]
     if x is None:
         return None
@@ -272,7 +278,23 @@ def _values(x):
 
 def _collect(leaves, d):
     if isinstance(leaves, list):
+        if leaves and not isinstance(leaves[0], list):  # a row of leaves: the common, long case
+            prec = mp.prec
+            zero = mpf(0)  # one shared zero for the masked positions (an mpf is immutable)
+            return [zero if x is None else _as_mpf(d.get(id(x), 0), prec) for x in leaves]
         return [_collect(item, d) for item in leaves]
     if leaves is None:
         return mpf(0)
-    return mpf(d.get(id(leaves), 0))
+    return _as_mpf(d.get(id(leaves), 0), mp.prec)
+
+
+def _as_mpf(x, prec):
+    """mpf(x), skipping mpf()'s generic conversion where it is known to change nothing: a gradient
+    is already an mpf of at most ``prec`` bits (mpf() would return an equal copy), and a scale is a
+    float, which converts exactly (from_float at 53 bits; the working precision is more)."""
+    t = type(x)
+    if t is mpf and x._mpf_[3] <= prec:
+        return x
+    if t is float and prec >= 53:
+        return _make_mpf(_from_float(x))
+    return mpf(x)
