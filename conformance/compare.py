@@ -176,9 +176,7 @@ class Prepared:
 
     # the raw values of element k, without building the lists
     def path_at(self, k):
-        if self._paths is not None:
-            return self._paths[k]
-        return tuple(int(i[k]) for i in self.index)
+        return self.paths[k]        # listed at once (numpy's tolist), then kept
 
     def _raw_at(self, tree, k):
         if tree is None:
