@@ -754,14 +754,9 @@ _ARRAYS = ("kind", "r_hi", "r_lo", "r_exact", "s", "rbool")
 
 
 def _prepared_dir():
-    from pathlib import Path
+    from .cache import cache_dir
 
-    root = os.environ.get("PGSPEC_CACHE")
-    if root == "off":
-        return None
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pgspec")
-    return Path(root) / "prepared"
+    return cache_dir("prepared")
 
 
 _CODE_DIGEST: list = []

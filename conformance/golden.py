@@ -257,14 +257,9 @@ _STATS = {"cached": 0, "evaluated": 0}
 # record the generator produces now, byte for byte; anything else in the key changing only costs
 # an evaluation.  Under $PGSPEC_CACHE/golden (default ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
 def _record_cache_dir():
-    import os
+    from .cache import cache_dir
 
-    root = os.environ.get("PGSPEC_CACHE")
-    if root == "off":
-        return None
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pgspec")
-    return Path(root) / "golden"
+    return cache_dir("golden")
 
 
 @lru_cache(maxsize=1)
@@ -547,15 +542,13 @@ def _validated_marker(file_sha: str) -> Path | None:
     every run.  Kept under $PGSPEC_CACHE (default: $XDG_CACHE_HOME/pgspec or ~/.cache/pgspec);
     PGSPEC_CACHE=off disables it.
     """
-    import os
+    from .cache import cache_dir
 
-    root = os.environ.get("PGSPEC_CACHE")
-    if root == "off":
+    root = cache_dir("validated")
+    if root is None:
         return None
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pgspec")
     schema_sha = hashlib.sha256(SCHEMA_PATH.read_bytes()).hexdigest()[:16]
-    return Path(root) / "validated" / f"{file_sha}-{schema_sha}"
+    return root / f"{file_sha}-{schema_sha}"
 
 
 def load_all(directory: Path = GOLDEN_DIR, problems: list | None = None) -> list[dict]:

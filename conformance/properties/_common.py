@@ -143,15 +143,9 @@ def _evaluate_ref(key: str):
 # evaluation's result bit for bit (mpf values stored exactly as (sign, mantissa, exponent, bits)).
 # Under $PGSPEC_CACHE/references (default ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
 def _cache_dir():
-    import os
-    from pathlib import Path
+    from ..cache import cache_dir
 
-    root = os.environ.get("PGSPEC_CACHE")
-    if root == "off":
-        return None
-    if not root:
-        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pgspec")
-    return Path(root) / "references"
+    return cache_dir("references")
 
 
 @lru_cache(maxsize=1)
