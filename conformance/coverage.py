@@ -418,27 +418,29 @@ def error_table(hits: dict) -> str:
     return "\n".join(lines)
 
 
+def _report(table_text: str, bad: list, what: str, ok: str) -> bool:
+    """Print a table, then its problems (``what``: how to call them) or the ``ok`` line."""
+    print(table_text)
+    print()
+    if bad:
+        print(f"{len(bad)} {what}:")
+        for p in bad:
+            print("  " + p)
+        return False
+    print(ok)
+    return True
+
+
 def main() -> int:
     rows = coverage()
-    print(table(rows))
-    bad = problems(rows)
-    print()
-    if bad:
-        print(f"{len(bad)} parameter side(s) without binding coverage:")
-        for p in bad:
-            print("  " + p)
+    if not _report(table(rows), problems(rows), "parameter side(s) without binding coverage",
+                   f"every bounding parameter side binds in some case and not in another ({len(rows)} rows)"):
         return 1
-    print(f"every bounding parameter side binds in some case and not in another ({len(rows)} rows)")
     hits, bad = error_coverage()
     print()
-    print(error_table(hits))
-    print()
-    if bad:
-        print(f"{len(bad)} error-coverage problem(s):")
-        for p in bad:
-            print("  " + p)
+    if not _report(error_table(hits), bad, "error-coverage problem(s)",
+                   f"every reference SpecError site is reached by an expected-error case ({len(hits)} sites)"):
         return 1
-    print(f"every reference SpecError site is reached by an expected-error case ({len(hits)} sites)")
     return 0
 
 
