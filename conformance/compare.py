@@ -774,7 +774,7 @@ def _code_digest() -> str:
     return _CODE_DIGEST[0]
 
 
-def _output_key(case: dict, key: str, ref) -> bool:
+def _stored_at_positions(case: dict, key: str, ref) -> bool:
     """Whether output ``key`` of ``case`` is prepared as a per-token output stored at positions
     (when the adapter's result has at least two dimensions, see ``compare_output``)."""
     positions = case.get("positions")
@@ -796,7 +796,7 @@ def _family_entries(family: str, sha: str, cases: dict) -> dict:
         if case.get("expect_error"):
             continue
         for key, ref in list(case["outputs"].items()) + [(f"grad.{k}", v) for k, v in case["grad"].items()]:
-            token = _output_key(case, key, ref)
+            token = _stored_at_positions(case, key, ref)
             entries[(cid, key, token)] = prepare(ref, case["scale"].get(key), case["positions"] if token else None)
     if path is not None:
         _write_family(path, entries)
@@ -949,7 +949,7 @@ def _loaded_entry(case: dict, key: str, token: bool):
 def prepare_output(case: dict, key: str, ref, got) -> Prepared:
     """The Prepared of one output of a case (per-token outputs of a scale case are stored at
     ``positions`` when the result has at least two dimensions, see ``compare_output``)."""
-    token = _output_key(case, key, ref) and hasattr(got, "dim") and got.dim() >= 2
+    token = _stored_at_positions(case, key, ref) and hasattr(got, "dim") and got.dim() >= 2
     hit = _loaded_entry(case, key, token)
     if hit is not None:
         return hit
@@ -1008,7 +1008,7 @@ def compare_case(case: dict, checks: list, family: str, dtype: str) -> Outcome |
     compares output by output, where such a result is reported)."""
     # the case's outputs as last joined (for the previous dtype), when they are the same outputs and
     # refs and laid out alike (per-token outputs of a scale case: by the result's dimensions)
-    layout = tuple((key, id(ref), _output_key(case, key, ref) and hasattr(got, "dim") and got.dim() >= 2)
+    layout = tuple((key, id(ref), _stored_at_positions(case, key, ref) and hasattr(got, "dim") and got.dim() >= 2)
                    for key, ref, got in checks)
     hit = _JOINED.get(id(case))
     if hit is not None and hit[0] is case and hit[1] == layout:

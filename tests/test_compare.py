@@ -226,7 +226,7 @@ def test_prepared_read_back_from_disk_equals_a_fresh_preparation(tmp_path, monke
             if case.get("expect_error"):
                 continue
             for key, ref in list(case["outputs"].items()) + [(f"grad.{k}", v) for k, v in case["grad"].items()]:
-                token = compare._output_key(case, key, ref)
+                token = compare._stored_at_positions(case, key, ref)
                 got = compare._loaded_entry(case, key, token)
                 if got is None:          # a ragged reference is not kept
                     continue
