@@ -147,7 +147,7 @@ class Prepared:
 
     ``paths`` (index tuples into the result), ``refs`` (the raw reference values: str, mpf, int,
     bool) and ``scales`` (the raw scale values, None: |ref|) are lists; a Prepared read back from
-    the on-disk cache (``prepare_case``) builds them from the reference itself when first asked,
+    the on-disk cache (``prepare_output``) builds them from the reference itself when first asked,
     since the comparison needs the raw values of only a few elements (``ref_at``, ``scale_at``,
     ``path_at``)."""
 
