@@ -531,7 +531,7 @@ _PARSED: dict = {}
 
 # family -> (sha256 of its file, {case id: the case as parsed}) of every family file loaded in this
 # process: lets the comparison core find the case data it prepared from those exact bytes before
-# (conformance/compare.py, ``prepare_case``)
+# (conformance/compare.py, ``prepare_output``)
 LOADED: dict = {}
 
 
