@@ -187,3 +187,23 @@ def test_vectorized_generator_reproduces_the_documented_procedure():
                     "lengths": [17, 5, 0], "groups": 2, "documents": 4}
     for key, spec in specs.items():
         assert generate_inputs(spec) == generate_inputs_reference(spec), key
+
+
+def test_generation_pauses_the_garbage_collector_and_always_resumes_it(monkeypatch):
+    import gc
+
+    case = next(c for c in all_cases() if c.expect_error is None)
+    seen = []
+
+    def fake(c):
+        seen.append(gc.isenabled())
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(golden, "generate_case", fake)
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="boom"):
+        golden._without_gc(case)
+    assert seen == [False] and gc.isenabled()
+    # and the record is generate_case's own
+    monkeypatch.undo()
+    assert golden._without_gc(case) == golden.generate_case(case)
