@@ -165,9 +165,16 @@ def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
             task = progress.add_task(f"{adapter.name} on {args.device}", total=len(cases) * len(dtypes))
             isolated = getattr(adapter, "run_case", None)
             for dtype in dtypes:
-                for case in cases:
-                    summary.results.append(_one_case(adapter, isolated, case, dtype, args.device))
-                    progress.advance(task)
+                if isolated is not None:
+                    for case in cases:
+                        summary.results.append(_one_case(adapter, isolated, case, dtype, args.device))
+                        progress.advance(task)
+                else:
+                    # the comparisons of a dtype's cases are made together (runner.run_cases)
+                    summary.results.extend(runner.run_cases(
+                        adapter, cases, dtype, args.device,
+                        on_error=lambda case, e, dtype=dtype: _case_error_row(adapter, case, dtype, args.device, e),
+                        advance=lambda: progress.advance(task)))
             if args.properties:
                 for dtype in dtypes:
                     progress.update(task, description=f"{adapter.name} on {args.device}: properties ({dtype})")
@@ -228,8 +235,12 @@ def _one_case(adapter, isolated, case, dtype, device):
     except BaseException as e:  # noqa: BLE001 - one case's crash never stops the run
         if isinstance(e, KeyboardInterrupt):
             raise
-        return _error_row(adapter, device, dtype, case["id"], case["formula"], case.get("family", "?"),
-                          case.get("category", "?"), e)
+        return _case_error_row(adapter, case, dtype, device, e)
+
+
+def _case_error_row(adapter, case, dtype, device, e):
+    return _error_row(adapter, device, dtype, case["id"], case["formula"], case.get("family", "?"),
+                      case.get("category", "?"), e)
 
 
 def _properties(adapter, dtype, device, formulas, spec):

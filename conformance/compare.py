@@ -630,6 +630,14 @@ def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_fail
         STATS.special += int((~fast & ~bmask).sum())
         STATS.fallbacks += int((~decided).sum())
         STATS.fast += int(decided.sum()) + int(bmask.sum())
+    return _select(out, g, prep, passed, ratio_lb, ratio_ub, undecided, known, family, dtype, stop_at_failure)
+
+
+def _select(out: Outcome, g, prep, passed, ratio_lb, ratio_ub, undecided, known: dict, family, dtype,
+            stop_at_failure) -> Outcome:
+    """The second half of ``compare_prepared``, after the float64 pass: the ``undecided`` elements
+    exactly, then the first failure and the worst ratio, evaluated exactly (``passed``, ``ratio_lb``
+    and ``ratio_ub`` are updated in place for the undecided elements)."""
     for k in undecided.tolist():
         c = _exact(float(g[k]), prep, k, family, dtype)
         known[k] = c
@@ -1006,6 +1014,17 @@ def compare_case(case: dict, checks: list, family: str, dtype: str) -> Outcome |
     that order (the first element attaining the largest ratio, the first failing element), with
     paths as (key, path); None when a result is not laid out like its reference (the caller then
     compares output by output, where such a result is reported)."""
+    gathered = gather_case(case, checks)
+    if gathered is None:
+        return None
+    joined, g = gathered
+    return _keyed(compare_prepared(g, joined, family, dtype), checks)
+
+
+def gather_case(case: dict, checks: list):
+    """(the case's outputs prepared and joined, the results gathered at their paths as float64,
+    end to end), or None when a result is not laid out like its reference.  What
+    ``compare_cases`` takes: the results' own tensors need not be kept."""
     # the case's outputs as last joined (for the previous dtype), when they are the same outputs and
     # refs and laid out alike (per-token outputs of a scale case: by the result's dimensions)
     layout = tuple((key, id(ref), _stored_at_positions(case, key, ref) and hasattr(got, "dim") and got.dim() >= 2)
@@ -1028,15 +1047,69 @@ def compare_case(case: dict, checks: list, family: str, dtype: str) -> Outcome |
             _JOINED.clear()
         joined = _Joined(preps)
         _JOINED[id(case)] = (case, layout, joined)
-    out = compare_prepared(np.concatenate(gs) if len(gs) != 1 else gs[0], joined, family, dtype)
-    keys = [key for key, _, _ in checks]
+    return joined, (np.concatenate(gs) if len(gs) != 1 else gs[0])
+
+
+def _keyed(out: Outcome, checks: list) -> Outcome:
+    """The Outcome of a joined comparison with its paths as (output key, path in that output)."""
     if out.worst_path is not None:
-        out.worst_path = (keys[out.worst_path[0]], out.worst_path[1])
+        out.worst_path = (checks[out.worst_path[0]][0], out.worst_path[1])
     if out.failure_path is not None:
-        out.failure_path = (keys[out.failure_path[0]], out.failure_path[1])
+        out.failure_path = (checks[out.failure_path[0]][0], out.failure_path[1])
     return out
 
 
-__all__ = ["to_tensors", "objective", "call", "compare_output", "compare_case", "compare_prepared", "prepare",
-           "prepare_output", "Outcome",
+def compare_cases(items: list, dtype: str) -> list:
+    """``compare_case`` of many cases at once: ``items`` is [(gathered, checks, family)] with
+    ``gathered`` what ``gather_case`` gave for the case, the result the list of their Outcomes
+    (None where ``gathered`` is None), equal field for field to ``compare_case`` of each.
+
+    The float64 pass runs once over the elements of every case that takes its plain path (real
+    references, finite results, more than SMALL elements) instead of once per case: the pass is
+    elementwise, so each element's float64 numbers are the ones the per-case pass computes, and
+    the rest (the exact evaluation of undecided elements, the first failure and the worst ratio)
+    is ``compare_prepared``'s own second half, run on each case's slice.  The other cases, and
+    every case in exact mode, go through ``compare_prepared`` one by one."""
+    outs: list = [None] * len(items)
+    batch = []   # (item number, gathered results, joined preparation, family)
+    for i, (gathered, checks, family) in enumerate(items):
+        if gathered is None:
+            continue
+        joined, g = gathered
+        if _MODE == "fast" and joined.plain and len(joined) > SMALL:
+            batch.append((i, g, joined, family))
+        else:
+            outs[i] = _keyed(compare_prepared(g, joined, family, dtype), checks)
+    if not batch:
+        return outs
+    u_t, floor = float(tolerance.UNIT_ROUNDOFF[dtype]), float(tolerance.FLOOR[dtype])
+    sizes = [len(j) for _, _, j, _ in batch]
+    starts = np.cumsum([0] + sizes)
+    g_all = np.concatenate([g for _, g, _, _ in batch])
+    ku = np.repeat(np.array([tolerance.K[fam] * u_t for _, _, _, fam in batch]), sizes)
+    passed, decided, lb, ub = _float64_pass(g_all, *(np.concatenate([getattr(j, name) for _, _, j, _ in batch])
+                                                     for name in ("r_hi", "r_lo", "s", "r_exact")), ku, floor)
+    # a case with a non-finite result leaves the batch (compare_prepared decides those elements
+    # exactly); the undecided elements of the others are found once and cut by case
+    nonfinite = set((np.searchsorted(starts, np.flatnonzero(~np.isfinite(g_all)), side="right") - 1).tolist())
+    undecided = np.flatnonzero(~decided)
+    cut = np.searchsorted(undecided, starts)
+    for n, (i, g, joined, family) in enumerate(batch):
+        checks = items[i][1]
+        if n in nonfinite:
+            outs[i] = _keyed(compare_prepared(g, joined, family, dtype), checks)
+            continue
+        a, b = int(starts[n]), int(starts[n + 1])
+        mine = undecided[cut[n]:cut[n + 1]] - a
+        STATS.elements += b - a
+        STATS.fallbacks += len(mine)
+        STATS.fast += b - a - len(mine)
+        out = Outcome(compared=int(b - a))
+        outs[i] = _keyed(_select(out, g, joined, passed[a:b], lb[a:b], ub[a:b], mine, {}, family, dtype, False),
+                         checks)
+    return outs
+
+
+__all__ = ["to_tensors", "objective", "call", "compare_output", "compare_case", "gather_case", "compare_cases",
+           "compare_prepared", "prepare", "prepare_output", "Outcome",
            "STATS", "set_mode", "mode"]

@@ -417,6 +417,60 @@ def float16_inexact(case: dict) -> str:
 
 
 def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
+    """One case on one dtype: the adapter's outputs and gradients against the golden record, with
+    the adapter's declarations applied (spec/verdicts.md)."""
+    step = start_case(adapter, case, dtype, device)
+    if isinstance(step, CaseResult):
+        return step
+    whole = None
+    if step.gathered is not _NOT_GATHERED:
+        whole = compare.compare_cases([(step.gathered, step.present, step.family)], dtype)[0]
+    return step.finish(whole)
+
+
+def run_cases(adapter, cases: list, dtype: str, device: str, on_error, advance=None) -> list:
+    """``run_case`` over ``cases`` on one dtype, with the comparisons of all of them made at once at
+    the end (``compare.compare_cases``); the same results, in the same order, as ``run_case`` case by
+    case.  A case whose run raises becomes ``on_error(case, exception)`` and the others go on;
+    ``advance()`` is called as each case's adapter work is done."""
+    results: list = [None] * len(cases)
+    pending = []
+    for k, case in enumerate(cases):
+        try:
+            step = start_case(adapter, case, dtype, device)
+        except BaseException as e:  # noqa: BLE001 - one case's crash never stops the run
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            step = on_error(case, e)
+        if isinstance(step, CaseResult):
+            results[k] = step
+        else:
+            pending.append((k, step))
+        if advance is not None:
+            advance()
+    batch = [(k, step) for k, step in pending if step.gathered is not _NOT_GATHERED]
+    try:
+        wholes = dict(zip((k for k, _ in batch),
+                          compare.compare_cases([(step.gathered, step.present, step.family) for _, step in batch],
+                                                dtype)))
+    except Exception:  # noqa: BLE001 - then each case on its own, so that a crash lands on its case
+        wholes = {}
+    for k, step in pending:
+        try:
+            if k in wholes or step.gathered is _NOT_GATHERED:
+                results[k] = step.finish(wholes.get(k))
+            else:
+                results[k] = step.finish(compare.compare_case(cases[k], step.present, step.family, dtype))
+        except BaseException as e:  # noqa: BLE001
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            results[k] = on_error(cases[k], e)
+    return results
+
+
+def start_case(adapter, case: dict, dtype: str, device: str):
+    """``run_case`` up to the comparison: a finished CaseResult (not run, not applicable, an
+    expected-error case, a crash), or the _Pending comparison of the case's outputs."""
     f = REGISTRY[case["formula"]]
     result = CaseResult(adapter.name, adapter.version, device, dtype, case["id"], case["formula"], f.family,
                         case["category"], "pass")
@@ -448,7 +502,11 @@ def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
     rule = decl.rule_for(case["id"], case["formula"], dtype, case)
     if case.get("expect_error"):
         return classify(_expect_rejection(adapter, case, dtype, device, result), rule)
-    return classify(_compare_case(adapter, case, dtype, device, result), rule)
+    step = _call_case(adapter, case, dtype, device, result)
+    if isinstance(step, CaseResult):
+        return classify(step, rule)
+    step.rule = rule
+    return step
 
 
 def _expect_rejection(adapter, case, dtype, device, result) -> CaseResult:
@@ -490,7 +548,9 @@ def declarations_of(adapter):
     return decl if isinstance(decl, Declarations) else Declarations()
 
 
-def _compare_case(adapter, case, dtype, device, result) -> CaseResult:
+def _call_case(adapter, case, dtype, device, result):
+    """The adapter's outputs and gradients for the case: a _Pending comparison, or ``result`` as an
+    error when the call crashes or returns malformed outputs."""
     import torch
 
     f = REGISTRY[case["formula"]]
@@ -516,8 +576,6 @@ def _compare_case(adapter, case, dtype, device, result) -> CaseResult:
         result.outcome = "error"
         result.message = traceback.format_exc(limit=8)
         return result
-    worst = -1.0
-    compared = 0
     # The primary output (the one the spec differentiates, else the first) and the gradients are
     # required; other outputs are compared when the adapter produces them (a framework that only
     # returns the scalar loss is still checked on the loss and its gradient), and the result says
@@ -527,49 +585,76 @@ def _compare_case(adapter, case, dtype, device, result) -> CaseResult:
     checks += [(f"grad.{name}", case["grad"][name], (grads or {}).get(name)) for name in case["grad"]]
     missing = [key for key, _, got in checks if got is None and key != primary and not key.startswith("grad.")]
     present = [c for c in checks if c[0] not in missing]
-    # every output at once (the same worst element and first failure as the loop below, in one
-    # vectorized pass); the loop when an output is absent or laid out unlike its reference
-    whole = None
-    if compare.mode() == "fast" and all(got is not None for _, _, got in present):
-        whole = compare.compare_case(case, present, f.family, dtype)
-    if whole is not None:
-        compared = whole.compared
-        if whole.worst is not None:
-            cmp = whole.worst
-            result.error, result.bound, result.error_ratio = cmp.error, cmp.bound, cmp.ratio
-        if whole.failure is not None:
-            cmp = whole.failure
-            key, path = whole.failure_path
-            result.first_failure = {"output": key, "index": list(path), "got": repr(whole.failure_got),
-                                    "ref": whole.failure_ref, "error": cmp.error, "bound": cmp.bound, "note": cmp.note}
-        present = []
-    for key, ref, got in present:
-        if got is None:
-            result.outcome = "error"
-            result.message = f"the adapter returned no {key!r}"
-            return result
-        # every element against the tolerance model (conformance/compare.py: vectorized, with the
-        # exact comparison where float64 rounding could flip an outcome); the same result as
-        # ``tolerance.compare`` over ``_elements`` one by one, worst ratio and first failure included
-        res = compare.compare_output(case, key, ref, got, f.family, dtype)
-        compared += res.compared
-        if res.worst is not None and res.worst.ratio > worst:
-            cmp = res.worst
-            worst = cmp.ratio
-            result.error, result.bound, result.error_ratio = cmp.error, cmp.bound, cmp.ratio
-        if res.failure is not None and result.first_failure is None:
-            cmp = res.failure
-            result.first_failure = {"output": key, "index": list(res.failure_path), "got": repr(res.failure_got),
-                                    "ref": res.failure_ref, "error": cmp.error, "bound": cmp.bound, "note": cmp.note}
-    result.compared = compared
-    if missing:
-        result.message = f"outputs not produced by the adapter (not compared): {', '.join(missing)}"
-    if result.first_failure is not None:
-        result.outcome = "fail"
-        ff = result.first_failure
-        result.message = (f"{ff['output']}{ff['index']}: got {ff['got']}, reference {ff['ref']}, "
-                          f"error {ff['error']:.3g} > bound {ff['bound']:.3g}")
-    return result
+    return _Pending(case, f.family, dtype, result, present, missing)
+
+
+_NOT_GATHERED = object()
+
+
+class _Pending:
+    """A case whose adapter work is done and whose comparison is not: its outputs ``present`` as
+    [(key, reference, result)], and (fast mode, every present output returned) those results
+    gathered for ``compare.compare_cases``, so that the result tensors themselves need not be kept."""
+
+    def __init__(self, case, family, dtype, result, present, missing):
+        self.case, self.family, self.dtype, self.result = case, family, dtype, result
+        self.present, self.missing, self.rule = present, missing, None
+        self.gathered = _NOT_GATHERED
+        # every output at once (the same worst element and first failure as the loop in finish(),
+        # in one vectorized pass); the loop when an output is absent or laid out unlike its reference
+        if compare.mode() == "fast" and all(got is not None for _, _, got in present):
+            self.gathered = compare.gather_case(case, present)
+
+    def finish(self, whole) -> CaseResult:
+        """The CaseResult, from ``whole`` (the comparison of every output at once, or None: then
+        output by output), with the declarations applied."""
+        return classify(self._compare(whole), self.rule)
+
+    def _compare(self, whole) -> CaseResult:
+        case, result, dtype, family = self.case, self.result, self.dtype, self.family
+        present = self.present
+        worst = -1.0
+        compared = 0
+        if whole is not None:
+            compared = whole.compared
+            if whole.worst is not None:
+                cmp = whole.worst
+                result.error, result.bound, result.error_ratio = cmp.error, cmp.bound, cmp.ratio
+            if whole.failure is not None:
+                cmp = whole.failure
+                key, path = whole.failure_path
+                result.first_failure = {"output": key, "index": list(path), "got": repr(whole.failure_got),
+                                        "ref": whole.failure_ref, "error": cmp.error, "bound": cmp.bound,
+                                        "note": cmp.note}
+            present = []
+        for key, ref, got in present:
+            if got is None:
+                result.outcome = "error"
+                result.message = f"the adapter returned no {key!r}"
+                return result
+            # every element against the tolerance model (conformance/compare.py: vectorized, with
+            # the exact comparison where float64 rounding could flip an outcome); the same result
+            # as ``tolerance.compare`` over ``_elements`` one by one, worst ratio and first failure
+            res = compare.compare_output(case, key, ref, got, family, dtype)
+            compared += res.compared
+            if res.worst is not None and res.worst.ratio > worst:
+                cmp = res.worst
+                worst = cmp.ratio
+                result.error, result.bound, result.error_ratio = cmp.error, cmp.bound, cmp.ratio
+            if res.failure is not None and result.first_failure is None:
+                cmp = res.failure
+                result.first_failure = {"output": key, "index": list(res.failure_path), "got": repr(res.failure_got),
+                                        "ref": res.failure_ref, "error": cmp.error, "bound": cmp.bound,
+                                        "note": cmp.note}
+        result.compared = compared
+        if self.missing:
+            result.message = f"outputs not produced by the adapter (not compared): {', '.join(self.missing)}"
+        if result.first_failure is not None:
+            result.outcome = "fail"
+            ff = result.first_failure
+            result.message = (f"{ff['output']}{ff['index']}: got {ff['got']}, reference {ff['ref']}, "
+                              f"error {ff['error']:.3g} > bound {ff['bound']:.3g}")
+        return result
 
 
 def classify(result: CaseResult, rule) -> CaseResult:

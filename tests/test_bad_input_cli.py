@@ -407,19 +407,46 @@ def test_an_internal_error_says_so_and_saves_the_traceback(capsys, tmp_path, mon
 
 
 def test_a_crash_of_pgspec_inside_one_case_is_that_case_error(capsys, tmp_path, monkeypatch):
-    """Even a pgspec bug in one case (here: run_case itself raising) does not stop the run."""
+    """Even a pgspec bug in one case (here: the runner's own steps raising) does not stop the run."""
     from pgspec.conformance import runner
 
-    real = runner.run_case
+    real = runner.start_case
 
     def flaky(adapter, case, dtype, device):
         if case["id"] == "kl.k1/on-reference":
             raise IndexError("pgspec bug")
         return real(adapter, case, dtype, device)
 
-    monkeypatch.setattr(runner, "run_case", flaky)
+    monkeypatch.setattr(runner, "start_case", flaky)
     code, out, err = cli(capsys, *BASE, "--report", f"json:{tmp_path}/r.json")
     assert code == 1
+    results = {r["case_id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+    bad = results.pop("kl.k1/on-reference")
+    assert bad["outcome"] == "error" and bad["message"].startswith("IndexError: pgspec bug; the traceback is saved to ")
+    assert results and all(r["outcome"] == "pass" for r in results.values())
+
+
+def test_a_crash_in_the_comparison_of_one_case_is_that_case_error(capsys, tmp_path, monkeypatch):
+    """The comparisons of a dtype's cases are made together; when that raises, each case is compared
+    on its own, so a comparison bug that one case triggers is that case's error row."""
+    from pgspec.conformance import compare
+
+    real = compare.compare_case
+    calls = []
+
+    def batch(items, dtype):
+        calls.append(len(items))
+        raise IndexError("pgspec bug in the batch")
+
+    def flaky(case, checks, family, dtype):
+        if case["id"] == "kl.k1/on-reference":
+            raise IndexError("pgspec bug")
+        return real(case, checks, family, dtype)
+
+    monkeypatch.setattr(compare, "compare_cases", batch)
+    monkeypatch.setattr(compare, "compare_case", flaky)
+    code, out, err = cli(capsys, *BASE, "--report", f"json:{tmp_path}/r.json")
+    assert code == 1 and calls
     results = {r["case_id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
     bad = results.pop("kl.k1/on-reference")
     assert bad["outcome"] == "error" and bad["message"].startswith("IndexError: pgspec bug; the traceback is saved to ")

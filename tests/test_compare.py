@@ -174,33 +174,46 @@ def test_special_values_and_mpf_references():
 # ------------------------------------------------------------------------------------------------
 # A whole case in one pass, and the preparation kept on disk
 # ------------------------------------------------------------------------------------------------
-def _run_all(adapter, dtype, mode):
+def _run_all(adapter, dtype, mode, together=False):
+    """Every case of the corpus the adapter implements, case by case (run_case) or, with
+    ``together``, the way `pgspec run` does (run_cases: the comparisons of all cases at once)."""
     old = compare.set_mode(mode)
+    cases = [case for case in _corpus() if case["formula"] in adapter.capabilities()]
     try:
-        return [runner.run_case(adapter, case, dtype, "cpu").to_json() for case in _corpus()
-                if case["formula"] in adapter.capabilities()]
+        if together:
+            def crash(case, e):
+                raise e
+            return [r.to_json() for r in runner.run_cases(adapter, cases, dtype, "cpu", on_error=crash)]
+        return [runner.run_case(adapter, case, dtype, "cpu").to_json() for case in cases]
     finally:
         compare.set_mode(old)
 
 
+def _all_equal(*runs):
+    first = runs[0]
+    for other in runs[1:]:
+        assert len(other) == len(first)
+        for a, b in zip(first, other):
+            assert a == b, a["case_id"]
+
+
 @pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
 def test_whole_case_comparison_equals_the_exact_loop_over_the_corpus(dtype):
-    # the runner compares a case's outputs in one pass (compare_case); in exact mode it runs
-    # tolerance.compare on every element, output by output: every field of every result agrees
+    # the runner compares a case's outputs in one pass, and `pgspec run` the outputs of all cases
+    # of a dtype in one pass (run_cases); in exact mode it runs tolerance.compare on every element,
+    # output by output: every field of every result agrees
     adapter = runner.load_adapter("torch")
-    fast, exact = _run_all(adapter, dtype, "fast"), _run_all(adapter, dtype, "exact")
-    assert len(fast) > 1500
-    for a, b in zip(fast, exact):
-        assert a == b, a["case_id"]
+    together = _run_all(adapter, dtype, "fast", together=True)
+    assert len(together) > 1500
+    _all_equal(_run_all(adapter, dtype, "exact"), _run_all(adapter, dtype, "fast"), together)
 
 
 @pytest.mark.parametrize("wrong", wrong_adapters.WRONG_ADAPTERS, ids=[w.name for w in wrong_adapters.WRONG_ADAPTERS])
 def test_whole_case_comparison_equals_the_exact_loop_for_the_wrong_adapters(wrong):
     adapter = wrong.adapter()
-    fast, exact = _run_all(adapter, "float32", "fast"), _run_all(adapter, "float32", "exact")
-    assert any(r["outcome"] == "fail" for r in fast)      # the comparison has failures to find
-    for a, b in zip(fast, exact):
-        assert a == b, a["case_id"]
+    together = _run_all(adapter, "float32", "fast", together=True)
+    assert any(r["outcome"] == "fail" for r in together)      # the comparison has failures to find
+    _all_equal(_run_all(adapter, "float32", "exact"), _run_all(adapter, "float32", "fast"), together)
 
 
 def _same_arrays(a, b):
