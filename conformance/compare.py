@@ -22,6 +22,8 @@ Two things live here:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import os
 from dataclasses import dataclass, field
@@ -54,9 +56,11 @@ def to_tensors(formula_id: str, inputs: dict, dtype: str, device: str):
         # through numpy: the same values as torch.tensor(nested list), built several times faster
         # (np.array copies: the tensors never share memory with the caller's arrays, see runner.case_arrays)
         if kind == "bool":
-            t = torch.from_numpy(np.array(value, dtype=np.bool_)).to(device)
+            t = torch.from_numpy(np.array(value, dtype=np.bool_))
+            t = t if device == "cpu" else t.to(device)
         elif kind == "int":
-            t = torch.from_numpy(np.array(value, dtype=np.int64)).to(device)
+            t = torch.from_numpy(np.array(value, dtype=np.int64))
+            t = t if device == "cpu" else t.to(device)
         else:
             # golden inputs are bfloat16-exact: float64 -> dtype is exact
             t = torch.from_numpy(np.array(value, dtype=np.float64)).to(device=device, dtype=tdtype)
@@ -136,7 +140,10 @@ STATS = Stats()
 # The reference side, prepared once per (reference, scale) object
 # ------------------------------------------------------------------------------------------------
 U = 2.0 ** -53                     # float64 unit roundoff
-SMALL = 2                          # outputs of at most this many elements are compared exactly
+SMALL = 8                          # outputs of at most this many elements are compared exactly, one
+                                   # by one (each costs about 15 us, the vectorized pass about 140 us)
+BATCH_MIN = 3                      # compare_cases: cases of at least this many elements join the
+                                   # shared pass (there a case costs about one exact evaluation)
 TINY = 2.0 ** -1060                # covers every absolute (underflow) rounding term, see the proof
 _DEC = Context(prec=80, Emax=999999999999999999, Emin=-999999999999999999)            # r - r_hi for a 40-digit decimal: exact to 80 digits (far more than needed)
 _KIND_REAL, _KIND_BOOL, _KIND_SPECIAL = 0, 1, 2
@@ -176,7 +183,9 @@ class Prepared:
 
     # the raw values of element k, without building the lists
     def path_at(self, k):
-        return self.paths[k]        # listed at once (numpy's tolist), then kept
+        if self._paths is not None:
+            return self._paths[k]
+        return tuple(int(i[k]) for i in self.index)     # one path, without listing them all
 
     def _raw_at(self, tree, k):
         if tree is None:
@@ -466,7 +475,9 @@ def _gather(got, prep: Prepared):
     """The result's values at the prepared paths as float64 (numpy), or None when the result is not
     laid out like the reference (then the element-by-element loop decides, errors included)."""
     if hasattr(got, "detach"):
-        t = got.detach().to("cpu")
+        t = got.detach()
+        if t.device.type != "cpu":
+            t = t.to("cpu")
         arr = t.double().numpy()
     else:
         try:
@@ -482,6 +493,8 @@ def _gather(got, prep: Prepared):
             return None
     elif arr.shape != prep.shape:
         return None
+    elif arr.size == len(prep):
+        return arr.reshape(-1)      # every element compared: the index lists them all, in C order
     try:
         return arr[prep.index]
     except IndexError:
@@ -971,7 +984,7 @@ class _Joined:
 
     def __init__(self, preps: list):
         self.preps = preps
-        self.starts = np.cumsum([0] + [len(p) for p in preps])
+        self.starts = list(itertools.accumulate([len(p) for p in preps], initial=0))
         for name in _ARRAYS:
             setattr(self, name, np.concatenate([getattr(p, name) for p in preps]))
         self.plain = all(p.plain for p in preps)
@@ -981,8 +994,8 @@ class _Joined:
         return int(self.starts[-1])
 
     def _locate(self, k):
-        j = int(np.searchsorted(self.starts, k, side="right")) - 1
-        return self.preps[j], k - int(self.starts[j]), j
+        j = bisect.bisect_right(self.starts, k) - 1
+        return self.preps[j], k - self.starts[j], j
 
     def ref_at(self, k):
         p, i, _ = self._locate(k)
@@ -1065,7 +1078,7 @@ def compare_cases(items: list, dtype: str) -> list:
     (None where ``gathered`` is None), equal field for field to ``compare_case`` of each.
 
     The float64 pass runs once over the elements of every case that takes its plain path (real
-    references, finite results, more than SMALL elements) instead of once per case: the pass is
+    references, finite results, at least BATCH_MIN elements) instead of once per case: the pass is
     elementwise, so each element's float64 numbers are the ones the per-case pass computes, and
     the rest (the exact evaluation of undecided elements, the first failure and the worst ratio)
     is ``compare_prepared``'s own second half, run on each case's slice.  The other cases, and
@@ -1076,7 +1089,7 @@ def compare_cases(items: list, dtype: str) -> list:
         if gathered is None:
             continue
         joined, g = gathered
-        if _MODE == "fast" and joined.plain and len(joined) > SMALL:
+        if _MODE == "fast" and joined.plain and len(joined) >= BATCH_MIN:
             batch.append((i, g, joined, family))
         else:
             outs[i] = _keyed(compare_prepared(g, joined, family, dtype), checks)

@@ -419,7 +419,8 @@ def _gather(got, prep):
     import numpy as np
 
     if hasattr(got, "detach"):
-        arr = got.detach().to("cpu").double().numpy()
+        t = got.detach()
+        arr = (t if t.device.type == "cpu" else t.to("cpu")).double().numpy()
     else:
         try:
             arr = np.asarray(got, dtype=np.float64)
@@ -427,6 +428,8 @@ def _gather(got, prep):
             return None
     if prep.index is None or prep.scalar or arr.shape != prep.shape:
         return None
+    if arr.size == len(prep):
+        return arr.reshape(-1)      # every element compared: the index lists them all, in C order
     return arr[prep.index]
 
 
