@@ -651,16 +651,38 @@ def _select(out: Outcome, g, prep, passed, ratio_lb, ratio_ub, undecided, known:
     """The second half of ``compare_prepared``, after the float64 pass: the ``undecided`` elements
     exactly, then the first failure and the worst ratio, evaluated exactly (``passed``, ``ratio_lb``
     and ``ratio_ub`` are updated in place for the undecided elements)."""
+    _resolve(g, prep, passed, ratio_lb, ratio_ub, undecided, known, family, dtype)
+    fails = np.flatnonzero(~passed)
+    return _finish(out, g, prep, passed, known, family, dtype, stop_at_failure,
+                   int(fails[0]) if fails.size else -1, _candidates(ratio_lb, ratio_ub))
+
+
+def _resolve(g, prep, passed, ratio_lb, ratio_ub, undecided, known: dict, family, dtype) -> None:
+    """The elements the float64 pass left ``undecided``, exactly (into ``known``, and ``passed``,
+    ``ratio_lb`` and ``ratio_ub`` in place)."""
     for k in undecided.tolist():
         c = _exact(float(g[k]), prep, k, family, dtype)
         known[k] = c
         passed[k] = c.passed
         ratio_lb[k] = ratio_ub[k] = c.ratio
+
+
+def _candidates(ratio_lb, ratio_ub):
+    """The elements whose ratio interval can hold the largest ratio."""
+    best = float(ratio_lb.max())
+    if best == 0.0:
+        # every ratio is 0 except possibly those with ub > 0: the max is among them, or it is 0
+        return np.flatnonzero(ratio_ub > 0)
+    return np.flatnonzero(ratio_ub >= best)
+
+
+def _finish(out: Outcome, g, prep, passed, known: dict, family, dtype, stop_at_failure, first_fail: int,
+            cand) -> Outcome:
+    """The first failure (element ``first_fail``, -1 for none) and the worst ratio (among the
+    candidates ``cand``), evaluated exactly."""
     out.passed = passed
-    # the first failure, exactly
-    fails = np.flatnonzero(~passed)
-    if fails.size:
-        k = int(fails[0])
+    if first_fail >= 0:
+        k = first_fail
         c = known.get(k) or _exact(float(g[k]), prep, k, family, dtype)
         if k not in known:
             STATS.ratio_evals += 1
@@ -670,11 +692,6 @@ def _select(out: Outcome, g, prep, passed, ratio_lb, ratio_ub, undecided, known:
             return out
     # the worst ratio: exact evaluation of every element whose interval can hold the maximum
     exact_ratio = {k: c.ratio for k, c in known.items()}
-    best = float(ratio_lb.max())
-    cand = np.flatnonzero(ratio_ub >= best)
-    if best == 0.0:
-        # every ratio is 0 except possibly those with ub > 0: the max is among them, or it is 0
-        cand = np.flatnonzero(ratio_ub > 0)
     seen: dict = {}     # equal (result, reference, scale) give the equal comparison: ties cost one evaluation
     if len(cand) > 32:  # many ties: the raw values of every element, listed at once
         refs, scales = prep.refs, prep.scales
@@ -1103,23 +1120,37 @@ def compare_cases(items: list, dtype: str) -> list:
     passed, decided, lb, ub = _float64_pass(g_all, *(np.concatenate([getattr(j, name) for _, _, j, _ in batch])
                                                      for name in ("r_hi", "r_lo", "s", "r_exact")), ku, floor)
     # a case with a non-finite result leaves the batch (compare_prepared decides those elements
-    # exactly); the undecided elements of the others are found once and cut by case
+    # exactly); the undecided elements of the others are found once, cut by case and decided exactly
     nonfinite = set((np.searchsorted(starts, np.flatnonzero(~np.isfinite(g_all)), side="right") - 1).tolist())
     undecided = np.flatnonzero(~decided)
     cut = np.searchsorted(undecided, starts)
+    known: list = [{} for _ in batch]
+    for n in sorted(set((np.searchsorted(starts, undecided, side="right") - 1).tolist()) - nonfinite):
+        _, g, joined, family = batch[n]
+        a, b = int(starts[n]), int(starts[n + 1])
+        _resolve(g, joined, passed[a:b], lb[a:b], ub[a:b], undecided[cut[n]:cut[n + 1]] - a, known[n], family, dtype)
+    # then, for every case at once, what _select finds in one: the first failing element, and the
+    # elements whose ratio interval can hold the case's largest ratio (_candidates)
+    heads = starts[:-1]
+    fails = np.flatnonzero(~passed)
+    after = np.append(fails, len(passed))[np.searchsorted(fails, heads)]    # at or after each case's start
+    first = np.where(after < starts[1:], after - heads, -1)
+    best = np.repeat(np.maximum.reduceat(lb, heads), sizes)
+    cand = np.flatnonzero(np.where(best == 0.0, ub > 0, ub >= best))
+    ccut = np.searchsorted(cand, starts)
     for n, (i, g, joined, family) in enumerate(batch):
         checks = items[i][1]
         if n in nonfinite:
             outs[i] = _keyed(compare_prepared(g, joined, family, dtype), checks)
             continue
         a, b = int(starts[n]), int(starts[n + 1])
-        mine = undecided[cut[n]:cut[n + 1]] - a
+        mine = int(cut[n + 1] - cut[n])
         STATS.elements += b - a
-        STATS.fallbacks += len(mine)
-        STATS.fast += b - a - len(mine)
-        out = Outcome(compared=int(b - a))
-        outs[i] = _keyed(_select(out, g, joined, passed[a:b], lb[a:b], ub[a:b], mine, {}, family, dtype, False),
-                         checks)
+        STATS.fallbacks += mine
+        STATS.fast += b - a - mine
+        out = Outcome(compared=b - a)
+        outs[i] = _keyed(_finish(out, g, joined, passed[a:b], known[n], family, dtype, False, int(first[n]),
+                                 cand[ccut[n]:ccut[n + 1]] - a), checks)
     return outs
 
 

@@ -5,6 +5,7 @@ and on elements built to sit at the bound (where the fast path must fall back)."
 
 from __future__ import annotations
 
+import math
 import random
 import sys
 from functools import lru_cache
@@ -110,13 +111,11 @@ def _decimal(x, digits=40):
         return mp.nstr(x, digits)
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
-def test_elements_at_the_bound_fall_back_and_agree(dtype):
-    """Results placed within a few ulps of ref +- bound: the fast path must not decide those
-    whose margin it cannot resolve, and the decisions equal tolerance.compare's."""
-    rng = random.Random(12)
+def _at_the_bound(dtype, family="ratio", seed=12):
+    """(references, scales, results): results within a few ulps of ref +- bound, many of them
+    with margins below the fast path's float64 slack."""
+    rng = random.Random(seed)
     refs, scales, gots = [], [], []
-    family = "ratio"
     with mp.workdps(60):
         for _ in range(600):
             r = mpf(rng.uniform(-4, 4)) * mpf(10) ** rng.randint(-30, 30) * (1 + mpf(rng.random()) * mpf(10) ** -25)
@@ -140,6 +139,15 @@ def test_elements_at_the_bound_fall_back_and_agree(dtype):
             refs.append(repr(r))
             scales.append(repr(s))
             gots.append(g)
+    return refs, scales, gots
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+def test_elements_at_the_bound_fall_back_and_agree(dtype):
+    """Results placed within a few ulps of ref +- bound: the fast path must not decide those
+    whose margin it cannot resolve, and the decisions equal tolerance.compare's."""
+    family = "ratio"
+    refs, scales, gots = _at_the_bound(dtype, family)
     prep = compare.prepare(refs, scales)
     compare.STATS.reset()
     res = compare.compare_prepared(np.array(gots), prep, family, dtype)
@@ -151,6 +159,46 @@ def test_elements_at_the_bound_fall_back_and_agree(dtype):
     assert res.worst.ratio == max(ratios) and res.worst_path == (ratios.index(max(ratios)),)
     k = [c.passed for c in exact].index(False)
     assert res.failure == exact[k] and res.failure_path == (k,)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+def test_cases_compared_together_equal_each_case_alone_at_the_bound(dtype):
+    """compare_cases (one float64 pass for many cases, then each case's first failure and worst
+    ratio found for all cases at once) against compare_prepared on each case alone, on cases cut
+    from results at the bound (exact fall-backs in many cases), of sizes 1 to 40, two families,
+    some with a non-finite result, some passing everywhere."""
+    rng = random.Random(5)
+    items, alone = [], []
+    for family in ("ratio", "loss"):
+        refs, scales, gots = _at_the_bound(dtype, family, seed=7 if family == "ratio" else 8)
+        k = 0
+        while k < len(refs):
+            n = rng.choice((1, 2, 3, 5, 17, 40))
+            r, s, g = refs[k:k + n], scales[k:k + n], list(gots[k:k + n])
+            k += n
+            if rng.random() < 0.15:
+                g[rng.randrange(len(g))] = rng.choice((math.inf, -math.inf, math.nan))
+            if rng.random() < 0.15:
+                g = [float(mpf(x)) for x in r]                     # within float64 rounding: passes
+            prep = compare.prepare(r, s)
+            g = np.array(g)
+            checks = [("out", r, None)]
+            items.append(((compare._Joined([prep]), g), checks, family))
+            alone.append((g, compare.prepare(r, s), family))
+    compare.STATS.reset()
+    together = compare.compare_cases(items, dtype)
+    assert compare.STATS.fallbacks > 0
+    assert any(o.failure is None for o in together) and any(o.failure is not None for o in together)
+    for out, (g, prep, family) in zip(together, alone):
+        one = compare.compare_prepared(g, prep, family, dtype)
+        assert out.compared == one.compared
+        assert (out.worst, out.worst_path[1]) == (one.worst, one.worst_path)
+        if one.failure is None:
+            assert out.failure is None
+        else:
+            assert (out.failure, out.failure_path[1], repr(out.failure_got)) == (one.failure, one.failure_path,
+                                                                        repr(one.failure_got))
+        assert out.passed.tolist() == one.passed.tolist()
 
 
 def test_special_values_and_mpf_references():
