@@ -1038,19 +1038,6 @@ class _Joined:
 _JOINED: dict = {}
 
 
-def compare_case(case: dict, checks: list, family: str, dtype: str) -> Outcome | None:
-    """Every output of a case in one vectorized pass: ``checks`` is [(key, ref, got)] in the
-    runner's order.  The Outcome is the runner's aggregate of ``compare_output`` over the outputs in
-    that order (the first element attaining the largest ratio, the first failing element), with
-    paths as (key, path); None when a result is not laid out like its reference (the caller then
-    compares output by output, where such a result is reported)."""
-    gathered = gather_case(case, checks)
-    if gathered is None:
-        return None
-    joined, g = gathered
-    return _keyed(compare_prepared(g, joined, family, dtype), checks)
-
-
 def gather_case(case: dict, checks: list):
     """(the case's outputs prepared and joined, the results gathered at their paths as float64,
     end to end), or None when a result is not laid out like its reference.  What
@@ -1090,9 +1077,13 @@ def _keyed(out: Outcome, checks: list) -> Outcome:
 
 
 def compare_cases(items: list, dtype: str) -> list:
-    """``compare_case`` of many cases at once: ``items`` is [(gathered, checks, family)] with
-    ``gathered`` what ``gather_case`` gave for the case, the result the list of their Outcomes
-    (None where ``gathered`` is None), equal field for field to ``compare_case`` of each.
+    """Every output of many cases in one vectorized pass: ``items`` is [(gathered, checks,
+    family)], with ``checks`` a case's [(key, ref, got)] in the runner's order and ``gathered``
+    what ``gather_case`` gave for it.  A case's Outcome is the runner's aggregate of
+    ``compare_output`` over its outputs in that order (the first element attaining the largest
+    ratio, the first failing element), with paths as (key, path); None where ``gathered`` is None
+    (a result not laid out like its reference: the caller compares output by output, where such a
+    result is reported).
 
     The float64 pass runs once over the elements of every case that takes its plain path (real
     references, finite results, at least BATCH_MIN elements) instead of once per case: the pass is
@@ -1154,6 +1145,6 @@ def compare_cases(items: list, dtype: str) -> list:
     return outs
 
 
-__all__ = ["to_tensors", "objective", "call", "compare_output", "compare_case", "gather_case", "compare_cases",
+__all__ = ["to_tensors", "objective", "call", "compare_output", "gather_case", "compare_cases",
            "compare_prepared", "prepare", "prepare_output", "Outcome",
            "STATS", "set_mode", "mode"]

@@ -422,10 +422,7 @@ def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
     step = start_case(adapter, case, dtype, device)
     if isinstance(step, CaseResult):
         return step
-    whole = None
-    if step.gathered is not _NOT_GATHERED:
-        whole = compare.compare_cases([(step.gathered, step.present, step.family)], dtype)[0]
-    return step.finish(whole)
+    return step.finish(_compare_pending(step))
 
 
 def run_cases(adapter, cases: list, dtype: str, device: str, on_error, advance=None) -> list:
@@ -454,18 +451,23 @@ def run_cases(adapter, cases: list, dtype: str, device: str, on_error, advance=N
                           compare.compare_cases([(step.gathered, step.present, step.family) for _, step in batch],
                                                 dtype)))
     except Exception:  # noqa: BLE001 - then each case on its own, so that a crash lands on its case
-        wholes = {}
+        wholes = None
     for k, step in pending:
         try:
-            if k in wholes or step.gathered is _NOT_GATHERED:
-                results[k] = step.finish(wholes.get(k))
-            else:
-                results[k] = step.finish(compare.compare_case(cases[k], step.present, step.family, dtype))
+            results[k] = step.finish(wholes.get(k) if wholes is not None else _compare_pending(step))
         except BaseException as e:  # noqa: BLE001
             if isinstance(e, KeyboardInterrupt):
                 raise
             results[k] = on_error(cases[k], e)
     return results
+
+
+def _compare_pending(step):
+    """One pending case's comparison on its own: what ``compare.compare_cases`` gives it in a batch
+    (None: output by output, in ``finish``)."""
+    if step.gathered is _NOT_GATHERED:
+        return None
+    return compare.compare_cases([(step.gathered, step.present, step.family)], step.dtype)[0]
 
 
 def start_case(adapter, case: dict, dtype: str, device: str):
@@ -604,6 +606,9 @@ class _Pending:
         # in one vectorized pass); the loop when an output is absent or laid out unlike its reference
         if compare.mode() == "fast" and all(got is not None for _, _, got in present):
             self.gathered = compare.gather_case(case, present)
+            if self.gathered is not None:
+                # the comparison needs only the output names now: the result tensors are let go
+                self.present = [(key, ref, None) for key, ref, _ in present]
 
     def finish(self, whole) -> CaseResult:
         """The CaseResult, from ``whole`` (the comparison of every output at once, or None: then

@@ -429,24 +429,26 @@ def test_a_crash_of_pgspec_inside_one_case_is_that_case_error(capsys, tmp_path, 
 def test_a_crash_in_the_comparison_of_one_case_is_that_case_error(capsys, tmp_path, monkeypatch):
     """The comparisons of a dtype's cases are made together; when that raises, each case is compared
     on its own, so a comparison bug that one case triggers is that case's error row."""
-    from pgspec.conformance import compare
+    from pgspec.conformance import compare, runner
 
-    real = compare.compare_case
+    real_batch, real_one = compare.compare_cases, runner._compare_pending
     calls = []
 
     def batch(items, dtype):
         calls.append(len(items))
-        raise IndexError("pgspec bug in the batch")
+        if len(items) > 1:
+            raise IndexError("pgspec bug in the batch")
+        return real_batch(items, dtype)
 
-    def flaky(case, checks, family, dtype):
-        if case["id"] == "kl.k1/on-reference":
+    def flaky(step):
+        if step.case["id"] == "kl.k1/on-reference":
             raise IndexError("pgspec bug")
-        return real(case, checks, family, dtype)
+        return real_one(step)
 
     monkeypatch.setattr(compare, "compare_cases", batch)
-    monkeypatch.setattr(compare, "compare_case", flaky)
+    monkeypatch.setattr(runner, "_compare_pending", flaky)
     code, out, err = cli(capsys, *BASE, "--report", f"json:{tmp_path}/r.json")
-    assert code == 1 and calls
+    assert code == 1 and calls[0] > 1 and set(calls[1:]) == {1}
     results = {r["case_id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
     bad = results.pop("kl.k1/on-reference")
     assert bad["outcome"] == "error" and bad["message"].startswith("IndexError: pgspec bug; the traceback is saved to ")
