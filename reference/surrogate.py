@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from mpmath import mp, mpf
 
-from ._ad import Var, clip, exp, maximum, minimum, sg, total, value_of
+from ._ad import Var, clip, exp, expm1, maximum, minimum, sg, total, value_of
 from ._common import (
     ADV_SEQ, ADV_SEQ_OR_TOKEN, LOGPROBS, MASK, OLD_LOGPROBS, log_ratio_clamp_param, per_token,
     positions, require, seq_output, token_adv, token_output,
@@ -163,7 +163,7 @@ def sapo_gate(log_r, tau):
     z = value_of(log_r)
     extra = 24 + (int(z * mpf("1.4426950408889634")) if z > 0 else 0)  # bits of x above 1
     with mp.workprec(mp.prec + extra):
-        x = tau * mp.expm1(z)
+        x = tau * expm1(z)      # mp.expm1(z) bit for bit (reference/_ad.py), without its context switches
         p, q = _sigmoid(x), _sigmoid(-x)
         value = 4 * p / tau
         r = mp.exp(z)
@@ -201,7 +201,7 @@ def vespo_phi(log_w, a, *, k_pos, lambda_pos, k_neg, lambda_neg, lambda_min):
     z = value_of(log_w)
     extra = 24 + (int(z * mpf("1.4426950408889634")) if z > 0 else 0)
     with mp.workprec(mp.prec + extra):
-        phi = mp.exp(k * z - lam * mp.expm1(z))
+        phi = mp.exp(k * z - lam * expm1(z))
         slope = phi * (k - lam * mp.exp(z))  # d phi / d log w
     phi, slope = +phi, +slope
     if isinstance(log_w, Var):
