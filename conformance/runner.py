@@ -432,9 +432,10 @@ def run_cases(adapter, cases: list, dtype: str, device: str, on_error, advance=N
     ``advance()`` is called as each case's adapter work is done."""
     results: list = [None] * len(cases)
     pending = []
+    capabilities, decl = adapter.capabilities(), declarations_of(adapter)
     for k, case in enumerate(cases):
         try:
-            step = start_case(adapter, case, dtype, device)
+            step = start_case(adapter, case, dtype, device, capabilities=capabilities, decl=decl)
         except BaseException as e:  # noqa: BLE001 - one case's crash never stops the run
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -470,15 +471,17 @@ def _compare_pending(step):
     return compare.compare_cases([(step.gathered, step.present, step.family)], step.dtype)[0]
 
 
-def start_case(adapter, case: dict, dtype: str, device: str):
+def start_case(adapter, case: dict, dtype: str, device: str, *, capabilities=None, decl=None):
     """``run_case`` up to the comparison: a finished CaseResult (not run, not applicable, an
-    expected-error case, a crash), or the _Pending comparison of the case's outputs."""
+    expected-error case, a crash), or the _Pending comparison of the case's outputs.
+    ``capabilities`` and ``decl``: the adapter's, when the caller has them already (run_cases)."""
     f = REGISTRY[case["formula"]]
     result = CaseResult(adapter.name, adapter.version, device, dtype, case["id"], case["formula"], f.family,
                         case["category"], "pass")
     result.repro = repro_snippet(adapter.name, case["id"], dtype, device)
-    decl = declarations_of(adapter)
-    if case["formula"] not in adapter.capabilities():
+    if decl is None:
+        decl = declarations_of(adapter)
+    if case["formula"] not in (capabilities if capabilities is not None else adapter.capabilities()):
         result.outcome = "unsupported"
         why = decl.unsupported_for(case["formula"])
         result.message = why.reason if why else f"{adapter.name} does not implement {case['formula']}"

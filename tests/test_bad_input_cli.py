@@ -412,10 +412,10 @@ def test_a_crash_of_pgspec_inside_one_case_is_that_case_error(capsys, tmp_path, 
 
     real = runner.start_case
 
-    def flaky(adapter, case, dtype, device):
+    def flaky(adapter, case, dtype, device, **known):
         if case["id"] == "kl.k1/on-reference":
             raise IndexError("pgspec bug")
-        return real(adapter, case, dtype, device)
+        return real(adapter, case, dtype, device, **known)
 
     monkeypatch.setattr(runner, "start_case", flaky)
     code, out, err = cli(capsys, *BASE, "--report", f"json:{tmp_path}/r.json")
