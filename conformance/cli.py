@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import gc
 import json
 import math
 import os
@@ -184,6 +185,7 @@ def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
     finally:
         if getattr(adapter, "run_case", None) is not None:
             adapter.close()
+        gc.unfreeze()   # what _keep_for_the_run() set aside is the collector's again (run() may be called again)
     summary.finalize()
     report.print_matrix(summary, adapter, args.device, dtypes)
     code = summary.exit_code()
@@ -211,9 +213,7 @@ def _keep_for_the_run() -> None:
     """Exempt what exists now (the loaded corpus and its prepared references: millions of objects
     that live until the run ends) from Python's cyclic garbage collector, which otherwise walks all
     of them at every full collection: about a second of a default run went there.  Objects made
-    afterwards are collected as usual."""
-    import gc
-
+    afterwards are collected as usual; the run gives them back at its end."""
     gc.freeze()
 
 

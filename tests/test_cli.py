@@ -175,3 +175,18 @@ def test_every_option_has_help_that_states_its_default():
     for opt in ("--adapter", "--device", "--dtype", "--formulas", "--properties", "--case-timeout"):
         [para] = [p for p in paragraphs if p.strip().startswith(opt)]
         assert "(default: " in para, para
+
+
+def test_a_run_gives_back_to_the_garbage_collector_what_it_froze(capsys, monkeypatch):
+    """`pgspec run` exempts the loaded corpus from the cyclic collector for the run (gc.freeze) and
+    unfreezes at its end, so a process that runs it several times keeps nothing frozen."""
+    import gc
+
+    froze = []
+    real = gc.freeze
+    monkeypatch.setattr(gc, "freeze", lambda: (froze.append(1), real())[1])
+    assert gc.get_freeze_count() == 0
+    code = cli.main(["run", "--formulas", "kl.k1", "--dtype", "float64,float32", "--no-properties"])
+    capsys.readouterr()
+    assert code == 0 and len(froze) == 3          # before the cases, and after each dtype's cases
+    assert gc.get_freeze_count() == 0
