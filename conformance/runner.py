@@ -444,8 +444,12 @@ def run_cases(adapter, cases: list, dtype: str, device: str, on_error, advance=N
             results[k] = step
         else:
             pending.append((k, step))
+            if len(pending) % _GATHER_EVERY == 0:
+                _gather(pending[-_GATHER_EVERY:], on_error, cases, results)
         if advance is not None:
             advance()
+    _gather(pending, on_error, cases, results)     # the rest (gather() does nothing a second time)
+    pending = [(k, step) for k, step in pending if results[k] is None]
     batch = [(k, step) for k, step in pending if step.gathered is not _NOT_GATHERED]
     try:
         wholes = dict(zip((k for k, _ in batch),
@@ -463,9 +467,28 @@ def run_cases(adapter, cases: list, dtype: str, device: str, on_error, advance=N
     return results
 
 
+# Results are gathered (tensor to float64 numpy, at the compared positions) a few hundred cases at a
+# time, not right after each call: in a row, with the adapter's work out of the caches' way, a
+# gather costs about half as much; the tensors held meanwhile stay bounded.
+_GATHER_EVERY = 256
+
+
+def _gather(steps, on_error, cases, results) -> None:
+    for k, step in steps:
+        if results[k] is not None:
+            continue        # its gathering crashed already: an error row
+        try:
+            step.gather()
+        except BaseException as e:  # noqa: BLE001 - one case's crash never stops the run
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            results[k] = on_error(cases[k], e)
+
+
 def _compare_pending(step):
     """One pending case's comparison on its own: what ``compare.compare_cases`` gives it in a batch
     (None: output by output, in ``finish``)."""
+    step.gather()
     if step.gathered is _NOT_GATHERED:
         return None
     return compare.compare_cases([(step.gathered, step.present, step.family)], step.dtype)[0]
@@ -598,8 +621,8 @@ _NOT_GATHERED = object()
 
 class _Pending:
     """A case whose adapter work is done and whose comparison is not: its outputs ``present`` as
-    [(key, reference, result)], and (fast mode, every present output returned) those results
-    gathered for ``compare.compare_cases``, so that the result tensors themselves need not be kept."""
+    [(key, reference, result)], and (fast mode, every present output returned) after ``gather()``
+    those results gathered for ``compare.compare_cases``, when the result tensors are let go."""
 
     def __init__(self, case, family, dtype, result, present, missing):
         self.case, self.family, self.dtype, self.result = case, family, dtype, result
@@ -607,11 +630,14 @@ class _Pending:
         self.gathered = _NOT_GATHERED
         # every output at once (the same worst element and first failure as the loop in finish(),
         # in one vectorized pass); the loop when an output is absent or laid out unlike its reference
-        if compare.mode() == "fast" and all(got is not None for _, _, got in present):
-            self.gathered = compare.gather_case(case, present)
+        self._gatherable = compare.mode() == "fast" and all(got is not None for _, _, got in present)
+
+    def gather(self) -> None:
+        if self._gatherable and self.gathered is _NOT_GATHERED:
+            self.gathered = compare.gather_case(self.case, self.present)
             if self.gathered is not None:
                 # the comparison needs only the output names now: the result tensors are let go
-                self.present = [(key, ref, None) for key, ref, _ in present]
+                self.present = [(key, ref, None) for key, ref, _ in self.present]
 
     def finish(self, whole) -> CaseResult:
         """The CaseResult, from ``whole`` (the comparison of every output at once, or None: then

@@ -426,6 +426,29 @@ def test_a_crash_of_pgspec_inside_one_case_is_that_case_error(capsys, tmp_path, 
     assert results and all(r["outcome"] == "pass" for r in results.values())
 
 
+def test_a_crash_while_gathering_one_case_is_that_case_error(capsys, tmp_path, monkeypatch):
+    """Results are gathered a few hundred cases at a time after their calls; a crash there is the
+    case's error row too, reported once."""
+    from pgspec.conformance import compare
+
+    real = compare.gather_case
+    crashes = []
+
+    def flaky(case, checks):
+        if case["id"] == "kl.k1/on-reference":
+            crashes.append(1)
+            raise IndexError("pgspec bug")
+        return real(case, checks)
+
+    monkeypatch.setattr(compare, "gather_case", flaky)
+    code, out, err = cli(capsys, *BASE, "--report", f"json:{tmp_path}/r.json")
+    assert code == 1 and crashes == [1]
+    results = {r["case_id"]: r for r in json.loads((tmp_path / "r.json").read_text())["results"]}
+    bad = results.pop("kl.k1/on-reference")
+    assert bad["outcome"] == "error" and bad["message"].startswith("IndexError: pgspec bug; the traceback is saved to ")
+    assert results and all(r["outcome"] == "pass" for r in results.values())
+
+
 def test_a_crash_in_the_comparison_of_one_case_is_that_case_error(capsys, tmp_path, monkeypatch):
     """The comparisons of a dtype's cases are made together; when that raises, each case is compared
     on its own, so a comparison bug that one case triggers is that case's error row."""
