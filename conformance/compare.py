@@ -1087,10 +1087,11 @@ def compare_cases(items: list, dtype: str) -> list:
 
     The float64 pass runs once over the elements of every case that takes its plain path (real
     references, finite results, at least BATCH_MIN elements) instead of once per case: the pass is
-    elementwise, so each element's float64 numbers are the ones the per-case pass computes, and
-    the rest (the exact evaluation of undecided elements, the first failure and the worst ratio)
-    is ``compare_prepared``'s own second half, run on each case's slice.  The other cases, and
-    every case in exact mode, go through ``compare_prepared`` one by one."""
+    elementwise, so each element's float64 numbers are the ones the per-case pass computes.  Then
+    each case's undecided elements are evaluated exactly (``_resolve``), every case's first failing
+    element and worst-ratio candidates are found at once (what ``_select`` finds for one case), and
+    ``_finish`` evaluates them exactly on the case's slice.  The other cases, and every case in
+    exact mode, go through ``compare_prepared`` one by one."""
     outs: list = [None] * len(items)
     batch = []   # (item number, gathered results, joined preparation, family)
     for i, (gathered, checks, family) in enumerate(items):

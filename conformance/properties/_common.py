@@ -385,7 +385,7 @@ def compare(ctx, label, got, reference, scale, family):
         reference, scale = _wrapped(reference, scale)
         where = lambda path: []  # noqa: E731 - reported as the original path ()
     prep = core.prepare(reference, scale)
-    g = _gather(got, prep)
+    g = core._gather(got, prep)     # a reference here is always a list (a scalar is wrapped above)
     if g is None:
         return _compare_loop(ctx, label, got, reference, scale, family)
     res = core.compare_prepared(g, prep, family, ctx.dtype, stop_at_failure=True)
@@ -412,25 +412,6 @@ def _wrapped(reference, scale):
             _WRAPPED.clear()
         hit = _WRAPPED[key] = (reference, scale, [reference], [scale] if scale is not None else None)
     return hit[2], hit[3]
-
-
-def _gather(got, prep):
-    """The result's values at the reference's paths (float64), or None when its layout differs."""
-    import numpy as np
-
-    if hasattr(got, "detach"):
-        t = got.detach()
-        arr = (t if t.device.type == "cpu" else t.to("cpu")).double().numpy()
-    else:
-        try:
-            arr = np.asarray(got, dtype=np.float64)
-        except (TypeError, ValueError):
-            return None
-    if prep.index is None or prep.scalar or arr.shape != prep.shape:
-        return None
-    if arr.size == len(prep):
-        return arr.reshape(-1)      # every element compared: the index lists them all, in C order
-    return arr[prep.index]
 
 
 def _compare_loop(ctx, label, got, reference, scale, family):
