@@ -12,21 +12,26 @@
 # step plus log.txt, and a table is printed at the end.
 set -uo pipefail
 SIZE="${1:-full}"
-ONLY="${ONLY:-}"          # e.g. ONLY=trl: run only the steps whose name starts with it
+ONLY="${ONLY:-}"          # e.g. ONLY="liger-triton trl-logprob-32x32768-float32": run only the steps whose name
+                          # starts with one of these prefixes (all steps when empty)
 OUT="${OUT:-/tmp/pgspec-gpu}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
 PY_TRL="${PYTHON_TRL:-$PY}"          # a Python with trl (the same one on the GPU machine)
 if [ "$SIZE" = full ]; then
-    DEV=cuda; BT=256x32768; LPS="${LPS:-8x32768 256x32768}"; V=151936; LIMIT=150
+    DEV=cuda; BT=256x32768; LPS="${LPS:-8x32768 256x32768}"; V=151936; LIMIT=150; LIMIT_BIG="${LIMIT_BIG:-420}"
 else
-    DEV=cpu; BT=4x256; LPS="2x64"; V=2000; LIMIT=600
+    DEV=cpu; BT=4x256; LPS="2x64"; V=2000; LIMIT=600; LIMIT_BIG=600
 fi
 log() { echo "$*" | tee -a "$OUT/log.txt"; }
 step() {  # name limit args...
     local name="$1" limit="$2" py="$PY"; shift 2
     case "$name" in trl-*) py="$PY_TRL";; esac
-    case "$name" in "$ONLY"*) ;; *) return;; esac
+    if [ -n "$ONLY" ]; then
+        local want=0 p
+        for p in $ONLY; do case "$name" in "$p"*) want=1;; esac; done
+        [ $want = 1 ] || return
+    fi
     log "== $name: pgspec check $*"
     local t0=$(date +%s.%N)
     timeout "$limit" "$py" -m pgspec.conformance.cli check "$@" --json "$OUT/$name.json" >>"$OUT/log.txt" 2>&1
@@ -53,7 +58,7 @@ done
 unset TRITON_INTERPRET
 for s in $LPS; do
     for d in bfloat16 float32; do
-        step "trl-logprob-$s-$d" "$([ $s = 256x32768 ] && echo 200 || echo $LIMIT)" --formula logprob.token --vocab "$V" --shape "$s" --adapter trl --dtype "$d" --device "$DEV"
+        step "trl-logprob-$s-$d" "$([ $s = 256x32768 ] && echo $LIMIT_BIG || echo $LIMIT)" --formula logprob.token --vocab "$V" --shape "$s" --adapter trl --dtype "$d" --device "$DEV"
     done
 done
 "$PY" - "$OUT" <<'PYEOF' | tee "$OUT/table.md"

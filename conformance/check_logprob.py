@@ -65,7 +65,17 @@ def _depth(k):
     return max(1, (int(k) - 1).bit_length())
 
 
-def logit_scales(z, targets, Ez, temperature=1.0, logit_scale=1, head=False):
+def _rel(v, E, nonneg=False):
+    """1 + E / |v| where v != 0, else 1 + E: the reference's relative-error factor of a node of value
+    v and forward error E (a fresh tensor)."""
+    import torch
+
+    av = v if nonneg else v.abs()
+    r = torch.where(av != 0, E / av, E)          # E / 0 is replaced where v = 0
+    return r.add_(1)
+
+
+def logit_scales(z, targets, Ez, temperature=1.0, logit_scale=1):
     """(E(l) [n], A [n, V], C [n, V]) for log_softmax_at on float64 logits ``z`` [n, V] with forward
     error ``Ez`` (0 for exact inputs, a tensor for logits formed by a head), node for node as the
     reference builds them (softcap null): a_v = z_v * s, z'_v = a_v / tau, d_v = z'_v - z'_*,
@@ -73,68 +83,78 @@ def logit_scales(z, targets, Ez, temperature=1.0, logit_scale=1, head=False):
     error 2/(1 + S)), l = d_y - tail.  A + C is the gradient scale of the logits (S(dz_v)).
 
     The reference receives real parameters as mpf (reference/_evaluate.py check_params), so the
-    edges of the scale and of the temperature carry their products' relative errors."""
+    edges of the scale and of the temperature carry their products' relative errors.
+
+    Every [n, V] step is one tensor operation, in place where its input is not needed again: the
+    oracle's time at V = 150k is these passes over memory.  Quantities of the maximum * and of the
+    target y are one element per row, set by index; a product with 1 or a division by 1 (s or
+    tau = 1) is exact and skipped."""
     import torch
 
     s = float(logit_scale)
     tau = float(temperature)
     n, V = z.shape
     rows = torch.arange(n, device=z.device)
-    a = z * s
-    Ea = a.abs() + abs(s) * Ez
-    zp = a / tau
-    Ezp = zp.abs() + Ea / tau
-    star = torch.argmax(zp, dim=-1)                      # the first index of the maximum
+    a = z if s == 1 else z * s
+    Ea = a.abs()
+    Ea += Ez if s == 1 else abs(s) * Ez             # |a| + |s| E(z)
+    zp = a if tau == 1 else a / tau
+    Ezp = zp.abs()
+    Ezp += Ea if tau == 1 else Ea / tau             # |z'| + E(a) / tau
+    star = torch.argmax(zp, dim=-1)                 # the first index of the maximum
     zs, Ezs = zp[rows, star], Ezp[rows, star]
     d = zp - zs[:, None]
-    Ed = d.abs() + Ezp + Ezs[:, None]
-    is_star = torch.zeros_like(d, dtype=torch.bool)
-    is_star[rows, star] = True
-    e = torch.where(is_star, torch.zeros_like(d), torch.exp(d))
-    Ee = torch.where(is_star, torch.zeros_like(d), e.abs() + e * Ed)
+    dy = d[rows, targets]
+    Ed = d.abs()
+    Ed += Ezp
+    Ed += Ezs[:, None]                              # |d| + E(z') + E(z'_*)
+    y_star = targets == star
+    Edy = torch.where(y_star, 2 * Ezs, Ed[rows, targets])
+    e = torch.exp(d)
+    e[rows, star] = 0                               # d_* is not a term of the sum
+    Ee = e * Ed
+    Ee += e                                         # |e| + e E(d) (e >= 0), 0 at the maximum
+    del Ed
     S = e.sum(-1)
     k = V - 1
     # The reference counts a "sum" node's residue value - fsum(terms) as one more term, the value
     # held at its working precision (60 digits) and the fsum taken in the 64-bit scale pass: so there
     # is a residue unless the sum is exact in 64 bits, i.e. unless every term but exact ones (e = 1
     # at a tie with the maximum) vanishes at 60 digits.  It changes the depth only when k is a power
-    # of two.
-    inexact = ((d != 0) & ~is_star & (e > S[:, None] * 1e-60)).any(-1)
-    depth = torch.tensor([_depth(k), _depth(k + 1)], dtype=d.dtype, device=d.device)[(inexact & (k >= 2)).long()]
-    ES = depth * e.sum(-1) + Ee.sum(-1)
+    # of two.  (d = 0 at the maximum itself, so d != 0 leaves it out.)
+    inexact = ((d != 0) & (e > S[:, None] * 1e-60)).any(-1)
+    del d
+    depth = torch.tensor([_depth(k), _depth(k + 1)], dtype=z.dtype, device=z.device)[(inexact & (k >= 2)).long()]
+    ES = depth * S + Ee.sum(-1)
     tail = torch.log1p(S)
     Etail = tail + 1 + ES / (1 + S)
     if V == 1:      # no "sum" node: l = d_y - log1p(0), a constant, subtracted exactly
         Etail = torch.zeros_like(Etail)
-    y_star = targets == star
-    dy = d[rows, targets]
-    Edy = torch.where(y_star, 2 * Ezs, Ed[rows, targets])
     lval = dy - tail
     El = lval.abs() + Edy + Etail
 
-    def rel(v, E):
-        av = v.abs()
-        return 1 + torch.where(av != 0, E / torch.where(av != 0, av, torch.ones_like(av)), E)
-
     # scale pass, from l backwards
-    a_s = 1 / (1 + S)
-    c_s = 2 / (1 + S)
-    step_e = c_s[:, None] + a_s[:, None] * rel(e, Ee)
-    Ad = torch.where(is_star, torch.zeros_like(d), a_s[:, None] * e)
-    Cd = torch.where(is_star, torch.zeros_like(d), step_e * e)
-    onehot_y = torch.zeros_like(d, dtype=torch.bool)
-    onehot_y[rows, targets] = True
-    Ad = Ad + (onehot_y & ~is_star).to(d.dtype)          # l = d_y - tail: the +1 edge into d_y
-    A_zp = Ad.clone()
-    C_zp = Cd.clone()
+    a_s = (1 / (1 + S))[:, None]
+    c_s = (2 / (1 + S))[:, None]
+    step_e = _rel(e, Ee, nonneg=True).mul_(a_s).add_(c_s)    # c + a rel(e)
+    del Ee
+    Cd = step_e.mul_(e)                             # 0 at the maximum (e = 0 there)
+    Ad = e.mul_(a_s)
+    Ad[rows, targets] += (~y_star).to(z.dtype)      # l = d_y - tail: the +1 edge into d_y (y != *)
     # every d_v (v != *) also reaches z'_* through its -1 edge; d_* (reached only when y = *) twice
-    A_zp[rows, star] = Ad.sum(-1) + 2 * y_star.to(d.dtype)
-    C_zp[rows, star] = Cd.sum(-1)
-    step_zp = C_zp + A_zp * rel(zp, Ezp)
-    A_a, C_a = A_zp / tau, step_zp / tau
-    A_z = A_a * abs(s)
-    C_z = (C_a + A_a * rel(a, Ea)) * abs(s)
-    return El, A_z, C_z
+    A_star = Ad.sum(-1) + 2 * y_star.to(z.dtype)
+    Ad[rows, star] = A_star
+    Cd[rows, star] = Cd.sum(-1)
+    A_zp = Ad
+    step_zp = _rel(zp, Ezp).mul_(A_zp).add_(Cd)    # C(z') + A(z') rel(z')
+    del Cd, Ezp
+    A_a = A_zp if tau == 1 else A_zp.div_(tau)
+    C_a = step_zp if tau == 1 else step_zp.div_(tau)
+    C_z = _rel(a, Ea).mul_(A_a).add_(C_a)          # C(a) + A(a) rel(a)
+    if s != 1:
+        C_z.mul_(abs(s))
+        A_a.mul_(abs(s))
+    return El, A_a, C_z
 
 
 def head_forward_error(xc, wabs):
