@@ -891,6 +891,13 @@ def _arrays_digest(data: dict) -> str:
 
 
 def _read_family(path, cases: dict) -> dict:
+    from .gcpause import gc_paused
+
+    with gc_paused():       # many small objects, no reference cycles
+        return _read_family_arrays(path, cases)
+
+
+def _read_family_arrays(path, cases: dict) -> dict:
     import json
 
     with np.load(path, allow_pickle=False) as z:

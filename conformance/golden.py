@@ -22,6 +22,7 @@ from pgspec.reference import REGISTRY, evaluate
 
 from .cases import Case, Generated, all_cases
 from .generator import SplitMix64, generate_inputs
+from .gcpause import gc_paused
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 SCHEMA_PATH = GOLDEN_DIR / "schema.json"
@@ -256,15 +257,8 @@ def _without_gc(case: Case) -> dict:
     with the collector paused, against 127 to 140 s).  The graph has no reference cycles (a node
     refers only to its operands, made before it), so reference counting frees it as it goes; the
     collector is resumed afterwards, whatever happens, and takes any cycle made elsewhere."""
-    import gc
-
-    if not gc.isenabled():
+    with gc_paused():
         return generate_case(case)
-    gc.disable()
-    try:
-        return generate_case(case)
-    finally:
-        gc.enable()
 
 
 _STATS = {"cached": 0, "evaluated": 0}
@@ -521,7 +515,8 @@ def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
     if parsed is not None and parsed[0] == actual and parsed[1] == path:
         return parsed[2]        # these very bytes were parsed and checked before in this process
     try:
-        doc = json.loads(data)
+        with gc_paused():       # a parsed document holds no reference cycles
+            doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise GoldenError(f"{path}: not valid JSON ({e})") from None
     marker = _validated_marker(actual)

@@ -16,6 +16,7 @@ from pgspec.reference import REGISTRY, SpecError, evaluate
 from .. import strategies as pst
 from .. import compare as core
 from .. import tolerance
+from ..gcpause import gc_paused
 
 
 SPEC_PAGE = "spec/properties.md"
@@ -212,13 +213,14 @@ def _disk_get(key: str):
         raw = path.read_bytes()
         if hashlib.sha256(raw[32:]).digest() != raw[:32]:
             return None         # damaged: evaluated again
-        stored = marshal.loads(raw[32:])
-        if stored.get("key") != key:
-            return None
-        result = _unpack(stored["result"])
-        for (ref, scale), packed in zip(_compared_pairs(result), stored["prepared"]):
-            if packed is not None:
-                core.remember_prepared(ref, scale, packed)
+        with gc_paused():   # up to tens of thousands of mpf values, no reference cycles
+            stored = marshal.loads(raw[32:])
+            if stored.get("key") != key:
+                return None
+            result = _unpack(stored["result"])
+            for (ref, scale), packed in zip(_compared_pairs(result), stored["prepared"]):
+                if packed is not None:
+                    core.remember_prepared(ref, scale, packed)
         return result
     except (OSError, ValueError, EOFError, KeyError, TypeError, AttributeError):
         return None
