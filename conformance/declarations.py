@@ -201,6 +201,9 @@ class Declarations:
     unsupported: list = field(default_factory=list)
     capabilities: list = field(default_factory=list)
     rules: list = field(default_factory=list)
+    # the rules whose ID globs match a (case ID, formula ID), in order: a run asks once per dtype
+    _by_id: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _by_id_of: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __len__(self):
         return len(self.unsupported) + len(self.capabilities) + len(self.rules)
@@ -222,12 +225,25 @@ class Declarations:
         return None
 
     def rule_for(self, case_id: str, formula_id: str, dtype: str, case: dict | None):
-        for d in self.rules:
+        """The first rule that matches the case's IDs, dtype and conditions (None: no rule)."""
+        for d in self._rules_matching(case_id, formula_id):
             if d.dtypes and dtype not in d.dtypes:
                 continue
-            if d.matches_id(case_id, formula_id) and d.conditions_hold(case):
+            if d.conditions_hold(case):
                 return d
         return None
+
+    def _rules_matching(self, case_id: str, formula_id: str) -> tuple:
+        """The rules whose ID globs match, in order; remembered for as long as the rules are the same."""
+        now = tuple(map(id, self.rules))
+        if self._by_id_of != now:
+            self._by_id.clear()
+            self._by_id_of = now
+        key = (case_id, formula_id)
+        hit = self._by_id.get(key)
+        if hit is None:
+            hit = self._by_id[key] = tuple(d for d in self.rules if d.matches_id(case_id, formula_id))
+        return hit
 
     def to_json(self) -> dict:
         return {"path": self.path, "declarations": [d.to_json() for d in self.all()]}

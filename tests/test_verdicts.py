@@ -318,3 +318,36 @@ def test_the_torch_backend_rejects_every_expected_error_case():
     bad = [(r.case_id, r.outcome, r.message[:200]) for r in results
            if r.outcome != "pass" and not (r.outcome == "not-applicable" and "/error-ragged-" in r.case_id)]
     assert not bad, bad
+
+
+def _rule_by_scan(d, case, dtype):
+    """rule_for as a plain scan of the rules (what the memoized lookup must give)."""
+    for x in d.rules:
+        if (not x.dtypes or dtype in x.dtypes) and x.matches_id(case["id"], case["formula"]) and x.conditions_hold(case):
+            return x
+    return None
+
+
+def test_rule_lookup_agrees_with_a_plain_scan_and_sees_a_new_rule():
+    from pgspec.conformance import golden
+
+    cases = golden.load_all()
+    files = sorted(p / "deviations.toml" for p in ADAPTERS.iterdir() if (p / "deviations.toml").exists())
+    matched = 0
+    for path in files:
+        d = load(path)
+        for dtype in ("float64", "float32", "bfloat16"):
+            for case in cases:
+                got = d.rule_for(case["id"], case["formula"], dtype, case)
+                assert got is _rule_by_scan(d, case, dtype), (path, case["id"], dtype)
+                matched += got is not None
+    assert matched > 100
+    # a rule added after lookups is found: the remembered matches follow the rule list
+    d = decl('[[rule]]\nids = ["ratio.token/*"]\nkind = "convention"\nreason = "r"\nlink = "https://x"\n')
+    case = next(c for c in cases if c["formula"] == "ratio.token")
+    first = d.rule_for(case["id"], case["formula"], "float64", case)
+    extra = decl('[[rule]]\nids = ["ratio.*"]\nkind = "bug"\nreason = "s"\nlink = "https://y"\n').rules[0]
+    d.rules.insert(0, extra)
+    assert first is not None and d.rule_for(case["id"], case["formula"], "float64", case) is extra
+    d.rules[0] = first                      # and a rule replaced in place
+    assert d.rule_for(case["id"], case["formula"], "float64", case) is first
