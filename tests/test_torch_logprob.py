@@ -116,3 +116,23 @@ def test_temperature_before_softcap_is_caught():
     results = run(broken("wrong_order", {"logprob.token": wrong_order}), "logprob.token", "float64")
     assert results["logprob.token/softcap-after-scale-before-temperature"].outcome == "fail"
     assert results["logprob.token/temperature"].outcome == "pass"   # no softcap: the orders agree
+
+
+@pytest.mark.parametrize("fid,name,shape", [("logprob.token", "logits", (2, 3, 4)),
+                                            ("ratio.token", "logprobs", (2, 3))])
+def test_non_finite_inputs_are_rejected_only_at_unmasked_positions(fid, name, shape):
+    """The backend's finite check (adapters/torch/_validate.py) on a [B,T] and a [B,T,V] input: NaN and
+    infinities are junk at masked positions, an error at unmasked ones."""
+    from pgspec.reference import SpecError
+
+    adapter = runner.load_adapter("torch")
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    base = {"logprob.token": {"targets": torch.zeros(2, 3, dtype=torch.long)},
+            "ratio.token": {"old_logprobs": torch.zeros(2, 3, dtype=torch.float64)}}[fid]
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        x = torch.zeros(shape, dtype=torch.float64)
+        x[1, 2] = bad                           # a masked position: accepted
+        adapter.call(fid, {name: x, "mask": mask, **base}, {})
+        x[0, 1] = bad                           # an unmasked one: rejected, naming the input
+        with pytest.raises(SpecError, match=f"input '{name}' must be finite where mask is true"):
+            adapter.call(fid, {name: x, "mask": mask, **base}, {})
