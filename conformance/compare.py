@@ -35,6 +35,7 @@ from mpmath import libmp, mp, mpf
 from pgspec.reference import REGISTRY
 
 from . import tolerance
+from .gcpause import gc_paused
 
 # ------------------------------------------------------------------------------------------------
 # The call convention
@@ -891,8 +892,6 @@ def _arrays_digest(data: dict) -> str:
 
 
 def _read_family(path, cases: dict) -> dict:
-    from .gcpause import gc_paused
-
     with gc_paused():       # many small objects, no reference cycles
         return _read_family_arrays(path, cases)
 
