@@ -97,7 +97,15 @@ def _golden(args) -> int:
     return 0
 
 
-def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
+def _run(args) -> int:
+    collector = _RunCollector()
+    try:
+        return _run_checked(args, collector)
+    finally:
+        collector.restore()
+
+
+def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of checks, then the run
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -165,7 +173,7 @@ def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
         with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
             task = progress.add_task(f"{adapter.name} on {args.device}", total=len(cases) * len(dtypes))
             isolated = getattr(adapter, "run_case", None)
-            _keep_for_the_run()
+            collector.keep()
             for dtype in dtypes:
                 if isolated is not None:
                     for case in cases:
@@ -177,7 +185,7 @@ def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
                         adapter, cases, dtype, args.device,
                         on_error=lambda case, e, dtype=dtype: _case_error_row(adapter, case, dtype, args.device, e),
                         advance=(lambda: progress.advance(task)) if console.is_terminal else None))
-                _keep_for_the_run()
+                collector.keep()
             if args.properties:
                 for dtype in dtypes:
                     progress.update(task, description=f"{adapter.name} on {args.device}: properties ({dtype})")
@@ -185,7 +193,6 @@ def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
     finally:
         if getattr(adapter, "run_case", None) is not None:
             adapter.close()
-        gc.unfreeze()   # what _keep_for_the_run() set aside is the collector's again (run() may be called again)
     summary.finalize()
     report.print_matrix(summary, adapter, args.device, dtypes)
     code = summary.exit_code()
@@ -209,12 +216,39 @@ def _run(args) -> int:  # noqa: C901 - one linear script of checks, then the run
     return code
 
 
-def _keep_for_the_run() -> None:
-    """Exempt what exists now (the loaded corpus and its prepared references: millions of objects
-    that live until the run ends) from Python's cyclic garbage collector, which otherwise walks all
-    of them at every full collection: about a second of a default run went there.  Objects made
-    afterwards are collected as usual; the run gives them back at its end."""
-    gc.freeze()
+class _RunCollector:
+    """Python's cyclic garbage collector during ``pgspec run``.  A pass walks every object of its
+    generations, and a run makes millions that live until it ends (the adapter's framework and the
+    corpus, loaded; the prepared references); reference counting alone frees nearly everything
+    else a run builds.  So:
+
+    - while the run loads (the adapter with its framework, the corpus), the collector is paused;
+    - ``keep()`` (before each dtype's cases) exempts what exists then from the collector for the
+      rest of the run (``gc.freeze``), and runs the collector with a first-generation threshold of
+      RUN_THRESHOLD allocations: the few reference cycles a run makes are still collected, in
+      about a dozen young passes of a default run instead of about 300;
+    - ``restore()``, at the end whatever happens, gives everything back: the objects to the
+      collector, its thresholds and its state before the run (``main`` may be called again)."""
+
+    RUN_THRESHOLD = 20000
+
+    def __init__(self):
+        self.enabled, self.threshold = gc.isenabled(), gc.get_threshold()
+        gc.disable()
+
+    def keep(self) -> None:
+        gc.freeze()
+        gc.set_threshold(max(self.threshold[0], self.RUN_THRESHOLD), *self.threshold[1:])
+        if self.enabled:
+            gc.enable()
+
+    def restore(self) -> None:
+        gc.unfreeze()
+        gc.set_threshold(*self.threshold)
+        if self.enabled:
+            gc.enable()
+        else:
+            gc.disable()
 
 
 def _say(message: str) -> None:
@@ -520,8 +554,11 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse printed the usage and one error line
         return e.code if isinstance(e.code, int) else 2
-    from .golden import GoldenError
-    from .runner import RunError
+    from .gcpause import gc_paused
+
+    with gc_paused():   # the reference and the runner: modules, long-lived, no cycles to collect
+        from .golden import GoldenError
+        from .runner import RunError
 
     try:
         return args.func(args)

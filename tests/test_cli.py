@@ -178,15 +178,48 @@ def test_every_option_has_help_that_states_its_default():
 
 
 def test_a_run_gives_back_to_the_garbage_collector_what_it_froze(capsys, monkeypatch):
-    """`pgspec run` exempts the loaded corpus from the cyclic collector for the run (gc.freeze) and
-    unfreezes at its end, so a process that runs it several times keeps nothing frozen."""
+    """`pgspec run` pauses the cyclic collector while it loads, exempts the loaded corpus from it for
+    the run (gc.freeze) with a higher young-generation threshold, and gives everything back at its
+    end: nothing frozen, the thresholds and the enabled state as before."""
     import gc
 
-    froze = []
-    real = gc.freeze
-    monkeypatch.setattr(gc, "freeze", lambda: (froze.append(1), real())[1])
-    assert gc.get_freeze_count() == 0
+    from pgspec.adapters.base import Adapter
+    from pgspec.conformance import runner
+
+    froze, seen = [], []
+    real_freeze, real_call = gc.freeze, Adapter.call
+    monkeypatch.setattr(gc, "freeze", lambda: (froze.append(1), real_freeze())[1])
+
+    def call(self, *a, **k):
+        seen.append((gc.isenabled(), gc.get_threshold()[0]))
+        return real_call(self, *a, **k)
+
+    monkeypatch.setattr(Adapter, "call", call)
+    real_load = runner.load_adapter
+    loading = []
+    monkeypatch.setattr(runner, "load_adapter", lambda spec: (loading.append(gc.isenabled()), real_load(spec))[1])
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
     code = cli.main(["run", "--formulas", "kl.k1", "--dtype", "float64,float32", "--no-properties"])
     capsys.readouterr()
     assert code == 0 and len(froze) == 3          # before the cases, and after each dtype's cases
-    assert gc.get_freeze_count() == 0
+    assert loading and not any(loading)            # paused while the adapter and its framework load
+    assert seen and set(seen) == {(True, cli._RunCollector.RUN_THRESHOLD)}
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before and gc.isenabled()
+
+
+def test_a_failed_run_gives_back_the_garbage_collector_too(capsys):
+    """A run that stops on a bad argument, or with the collector disabled by its caller, leaves the
+    collector as it found it."""
+    import gc
+
+    before = gc.get_threshold()
+    assert cli.main(["run", "--adapter", "no.such.module:adapter", "--formulas", "kl.k1"]) == 2
+    assert gc.isenabled() and gc.get_threshold() == before and gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        assert cli.main(["run", "--formulas", "kl.k1", "--dtype", "float64", "--no-properties"]) == 0
+        assert not gc.isenabled() and gc.get_threshold() == before and gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+    capsys.readouterr()
