@@ -132,7 +132,7 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
         if problem:
             raise RunError(f"--report {spec!r}: {problem}")
         reports.append((kind, path))
-    python = _checkout_adapter(args)
+    python, loaded = _checkout_adapter(args)
     if python:
         args.python = python
     if args.python:
@@ -143,7 +143,7 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
         adapter = IsolatedAdapter(args.python, args.adapter, timeout=args.case_timeout,
                                   startup_timeout=args.startup_timeout)
     else:
-        adapter = runner.load_adapter(args.adapter)
+        adapter = loaded if loaded is not None else runner.load_adapter(args.adapter)
     try:
         ok, why = _adapter_call(args.adapter, adapter, "available")
         if not ok:
@@ -352,31 +352,9 @@ def _checkout_adapter(args):
     megatron), handed to the adapter through its environment variable (PGSPEC_<NAME>_SOURCE).
     Such adapters always run in a worker process (the isolated mode), so their stand-in modules
     never reach another adapter: the interpreter is --python, else the adapter's own
-    PGSPEC_<NAME>_PYTHON, else this one.  Returns the interpreter, or None for other adapters."""
-    import os
-
-    from . import runner
-
-    if args.source is not None:
-        if not os.path.isdir(args.source):
-            raise runner.RunError(f"--source: {args.source} is not a directory")
-    adapter = runner.load_adapter(args.adapter) if args.adapter in runner.BUILTIN_ADAPTERS else None
-    if adapter is None or not getattr(adapter, "requires_isolation", False):
-        if args.source is not None:
-            raise runner.RunError(f"--source is for the adapters loaded from a checkout, not {args.adapter!r}")
-        return None
-    name = args.adapter.upper()
-    if args.source is not None:
-        os.environ[f"PGSPEC_{name}_SOURCE"] = os.path.abspath(args.source)
-    return args.python or os.environ.get(f"PGSPEC_{name}_PYTHON") or sys.executable
-
-
-def _checkout_adapter(args):
-    """``--source PATH``: the checkout of a framework loaded from git (nemo_rl, slime, fast_llm,
-    megatron), handed to the adapter through its environment variable (PGSPEC_<NAME>_SOURCE).
-    Such adapters always run in a worker process (the isolated mode), so their stand-in modules
-    never reach another adapter: the interpreter is --python, else the adapter's own
-    PGSPEC_<NAME>_PYTHON, else this one.  Returns the interpreter, or None for other adapters."""
+    PGSPEC_<NAME>_PYTHON, else this one.  Returns (the interpreter, None) for such an adapter, and
+    (None, the adapter loaded to ask, or None when it was not) for the others, so that a built-in
+    adapter is loaded once."""
     from . import runner
 
     if args.source is not None and not os.path.isdir(args.source):
@@ -385,11 +363,11 @@ def _checkout_adapter(args):
     if adapter is None or not getattr(adapter, "requires_isolation", False):
         if args.source is not None:
             raise runner.RunError(f"--source is for the adapters loaded from a checkout, not {args.adapter!r}")
-        return None
+        return None, adapter
     name = args.adapter.upper()
     if args.source is not None:
         os.environ[f"PGSPEC_{name}_SOURCE"] = os.path.abspath(args.source)
-    return args.python or os.environ.get(f"PGSPEC_{name}_PYTHON") or sys.executable
+    return args.python or os.environ.get(f"PGSPEC_{name}_PYTHON") or sys.executable, None
 
 
 def _adapters(args) -> int:
