@@ -13,6 +13,9 @@ Runs `pgspec run` in this process (the default run unless told otherwise) with t
 - the comparison core's counts: elements compared, decided in float64, exact fall-backs (margin
   within the rounding slack), non-finite elements decided exactly, exact ratio evaluations;
 - with ``--verify``: the wall time of `pgspec golden verify` in a fresh process (target <= 60 s).
+- with ``--phases``: where the run's time goes, phase by phase (loading, each dtype's cases and
+  property checks, the table), each phase's wall time split into the adapter's work and the
+  harness's own.
 
 Two things are cached on disk between runs (under PGSPEC_CACHE): the reference results of the
 property checks' fixed examples, with their preparation for the comparison (see
@@ -56,6 +59,43 @@ def _compile_pgspec() -> str:
             "installation or a first import leaves them" if ok else "")
 
 
+def _time_phases(phases: list, inside: dict, runner) -> None:
+    """Time the run's phases (runner's functions, as cli.main calls them) into ``phases``."""
+    from pgspec.conformance import report
+
+    def timed(module, name, label):
+        real = getattr(module, name)
+
+        def wrapper(*a, **k):
+            t, before = time.perf_counter(), inside["call"] + inside["backward"]
+            try:
+                return real(*a, **k)
+            finally:
+                dtype = next((x for x in a if x in ("float64", "float32", "bfloat16", "float16")), "")
+                phases.append((f"{label} {dtype}".strip(), time.perf_counter() - t,
+                               inside["call"] + inside["backward"] - before))
+
+        setattr(module, name, wrapper)
+
+    timed(runner, "load_adapter", "load the adapter")
+    timed(runner, "check_declarations", "check the declarations")
+    timed(runner, "select_cases", "select the cases")
+    timed(runner, "run_cases", "cases")
+    timed(runner, "property_results", "property checks")
+    timed(report, "print_matrix", "the table")
+
+
+def _print_phases(phases: list, wall: float, t_torch: float, adapter_time: float) -> None:
+    print(f"{'phase':<28} {'wall s':>7} {'adapter s':>9} {'harness s':>9}")
+    rows = [("import torch", t_torch, t_torch)] + phases
+    for label, w, a in rows:
+        print(f"{label:<28} {w:7.2f} {a:9.2f} {w - a:9.2f}")
+    rest = wall - sum(w for _, w, _ in rows)
+    rest_adapter = adapter_time - sum(a for _, _, a in phases)
+    print(f"{'the rest (pgspec imports...)':<28} {rest:7.2f} {rest_adapter:9.2f} {rest - rest_adapter:9.2f}")
+    print("(import torch is counted in the adapter column here: the ratio with it counted)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--adapter", default="torch")
@@ -64,6 +104,7 @@ def main() -> int:
     parser.add_argument("--no-properties", action="store_true")
     parser.add_argument("--verify", action="store_true", help="also time `pgspec golden verify`")
     parser.add_argument("--cold", action="store_true", help="empty caches (the first run on a machine)")
+    parser.add_argument("--phases", action="store_true", help="the time of each phase of the run")
     args = parser.parse_args()
     if args.cold:
         os.environ["PGSPEC_CACHE"] = tempfile.mkdtemp(prefix="pgspec-cache-")
@@ -112,6 +153,9 @@ def main() -> int:
         return adapter
 
     runner.load_adapter = load_timed
+    phases: list = []      # (phase, wall, adapter time inside it)
+    if args.phases:
+        _time_phases(phases, inside, runner)
     argv = ["run", "--adapter", args.adapter, "--dtype", args.dtype, "--formulas", args.formulas]
     if args.no_properties:
         argv.append("--no-properties")
@@ -143,6 +187,8 @@ def main() -> int:
     print(f"comparison core: {s.elements} elements, {s.fast} decided in float64, {s.fallbacks} exact fall-backs, "
           f"{s.special} non-finite decided exactly, {s.small} in outputs of <= {compare.SMALL} elements compared exactly, "
           f"{s.ratio_evals} exact ratio evaluations")
+    if args.phases:
+        _print_phases(phases, wall, t_torch, adapter_time)
     if args.verify:
         t = time.perf_counter()
         v = subprocess.run([sys.executable, "-m", "pgspec.conformance.cli", "golden", "verify"],
