@@ -1,10 +1,11 @@
 """Harness overhead of `pgspec run`: wall time / time spent inside the adapter's own work.
 
     python bench/harness_overhead.py [--adapter torch] [--dtype float64,float32,bfloat16]
-                                     [--no-properties] [--verify]
+                                     [--no-properties] [--verify] [--phases]
 
 Runs `pgspec run` in this process (the default run unless told otherwise) with the adapter's
-``call`` and ``torch.autograd.grad`` (the adapter's backward) timed, and prints:
+methods (``call``, ``available``, ``device_available``, ``capabilities``) and ``torch.autograd.grad``
+(the adapter's backward) timed, the outermost entry only, and prints:
 
 - the wall time of the run (from before torch and pgspec are imported to the summary line), the time
   inside adapter calls and backward passes, and their ratio (target <= 1.5 on the default run); and
@@ -67,13 +68,13 @@ def _time_phases(phases: list, inside: dict, runner) -> None:
         real = getattr(module, name)
 
         def wrapper(*a, **k):
-            t, before = time.perf_counter(), inside["call"] + inside["backward"]
+            t, before = time.perf_counter(), inside["call"] + inside["backward"] + inside["methods"]
             try:
                 return real(*a, **k)
             finally:
                 dtype = next((x for x in a if x in ("float64", "float32", "bfloat16", "float16")), "")
                 phases.append((f"{label} {dtype}".strip(), time.perf_counter() - t,
-                               inside["call"] + inside["backward"] - before))
+                               inside["call"] + inside["backward"] + inside["methods"] - before))
 
         setattr(module, name, wrapper)
 
@@ -122,34 +123,36 @@ def main() -> int:
 
     from pgspec.conformance import cli, compare, runner
 
-    inside = {"call": 0.0, "backward": 0.0, "calls": 0, "cpu": 0.0}
+    inside = {"call": 0.0, "backward": 0.0, "methods": 0.0, "calls": 0, "cpu": 0.0}
+    depth = [0]     # only the outermost adapter entry is timed (an adapter's call may run autograd itself)
+
+    def timed(fn, key, count=False):
+        def wrapper(*a, **k):
+            if depth[0]:
+                return fn(*a, **k)
+            depth[0] += 1
+            t, c = time.perf_counter(), time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                depth[0] -= 1
+                inside[key] += time.perf_counter() - t
+                inside["cpu"] += time.process_time() - c
+                inside["calls"] += count
+
+        return wrapper
+
     real_grad = torch.autograd.grad
-
-    def timed_grad(*a, **k):
-        t, c = time.perf_counter(), time.process_time()
-        try:
-            return real_grad(*a, **k)
-        finally:
-            inside["backward"] += time.perf_counter() - t
-            inside["cpu"] += time.process_time() - c
-
-    torch.autograd.grad = timed_grad
+    torch.autograd.grad = timed(real_grad, "backward")
     real_load = runner.load_adapter
 
     def load_timed(spec):
         adapter = real_load(spec)
-        real_call = adapter.call
-
-        def call(*a, **k):
-            t, c = time.perf_counter(), time.process_time()
-            try:
-                return real_call(*a, **k)
-            finally:
-                inside["call"] += time.perf_counter() - t
-                inside["cpu"] += time.process_time() - c
-                inside["calls"] += 1
-
-        adapter.call = call
+        adapter.call = timed(adapter.call, "call", count=True)
+        # the adapter's other methods are its own code too (a framework adapter may import its
+        # framework in available())
+        for name in ("available", "device_available", "capabilities"):
+            setattr(adapter, name, timed(getattr(adapter, name), "methods"))
         return adapter
 
     runner.load_adapter = load_timed
@@ -167,12 +170,13 @@ def main() -> int:
     cpu = time.process_time() - c_start
     torch.autograd.grad = real_grad
     summary = out.getvalue().strip().splitlines()[-1] if out.getvalue().strip() else ""
-    adapter_time = inside["call"] + inside["backward"]
+    adapter_time = inside["call"] + inside["backward"] + inside["methods"]
     ratio = wall / adapter_time if adapter_time else float("inf")
     s = compare.STATS
     print(f"pgspec {' '.join(argv)}: exit {rc}, {summary}")
     print(f"wall {wall:.2f} s (imports included); inside the adapter {adapter_time:.2f} s "
-          f"({inside['calls']} calls {inside['call']:.2f} s + backward {inside['backward']:.2f} s)")
+          f"({inside['calls']} calls {inside['call']:.2f} s + backward {inside['backward']:.2f} s + the adapter's "
+          f"other methods {inside['methods']:.2f} s)")
     print(f"harness overhead ratio (wall / adapter): {ratio:.2f}  target <= {TARGET_RATIO}  "
           f"{'ok' if ratio <= TARGET_RATIO else 'OVER TARGET'}")
     # torch is what the adapter under test runs on (the built-in backend is torch; a framework adapter
