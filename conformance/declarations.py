@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,15 @@ class Domain:
         return ["null" if v is None else v for v in self.values]
 
 
+_ID_PATTERNS: dict = {}
+
+
+def _globs_pattern(globs):
+    """One compiled regular expression that matches a string exactly when ``fnmatch.fnmatchcase``
+    matches it with one of ``globs`` (each glob's own translation, anchored at both ends)."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs))
+
+
 @dataclass(frozen=True)
 class Declaration:
     table: str                      # unsupported | capability | rule
@@ -133,7 +143,11 @@ class Declaration:
         return f"{self.table} {self.position}"
 
     def matches_id(self, case_id: str, formula_id: str) -> bool:
-        return any(fnmatch.fnmatchcase(case_id, g) or fnmatch.fnmatchcase(formula_id, g) for g in self.ids)
+        """Some glob of ``ids`` matches the case ID or the formula ID (``fnmatch.fnmatchcase``)."""
+        pattern = _ID_PATTERNS.get(self.ids)
+        if pattern is None:
+            pattern = _ID_PATTERNS[self.ids] = _globs_pattern(self.ids)
+        return pattern.match(case_id) is not None or pattern.match(formula_id) is not None
 
     def conditions_hold(self, case: dict | None) -> bool:
         """The parameter domains and input predicates (all of them) hold for this case.  A property

@@ -351,3 +351,28 @@ def test_rule_lookup_agrees_with_a_plain_scan_and_sees_a_new_rule():
     assert first is not None and d.rule_for(case["id"], case["formula"], "float64", case) is extra
     d.rules[0] = first                      # and a rule replaced in place
     assert d.rule_for(case["id"], case["formula"], "float64", case) is first
+
+
+def test_rule_globs_match_exactly_as_fnmatchcase():
+    """A rule's ID globs are matched through one compiled pattern: for every rule of every shipped
+    declarations file, every case and formula ID of the corpus and every property row, with a few
+    globs of special characters, the same answer as fnmatch.fnmatchcase glob by glob."""
+    import fnmatch
+    from pathlib import Path
+
+    from pgspec.conformance import golden
+    from pgspec.conformance.declarations import Declaration, load
+    from pgspec.conformance.properties import PROPERTIES
+
+    root = Path(__file__).resolve().parents[1] / "adapters"
+    rules = [d for path in sorted(root.glob("*/deviations*.toml")) for d in load(path).rules]
+    assert len(rules) > 50
+    special = ("[!s]*", "*/s[!c]*", "kl.k?", "loss.*/[a-c]*", "*", "a|b", "(x)", "+", "loss.grpo")
+    rules += [Declaration("rule", 1, "t", (g,), "r", "l", "bug") for g in special]
+    names = [(c["id"], c["formula"]) for c in golden.load_all()]
+    names += [(f"{pid}/{fid}", pid) for pid, p in PROPERTIES.items() for fid in p.formulas]
+    names += [("a|b", "(x)"), ("+", ""), ("", "x")]
+    for d in rules:
+        for case_id, formula_id in names:
+            want = any(fnmatch.fnmatchcase(case_id, g) or fnmatch.fnmatchcase(formula_id, g) for g in d.ids)
+            assert d.matches_id(case_id, formula_id) == want, (d.ids, case_id, formula_id)
