@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
-import gc
 import json
 import math
 import os
@@ -98,7 +97,9 @@ def _golden(args) -> int:
 
 
 def _run(args) -> int:
-    collector = _RunCollector()
+    from .gcpause import RunCollector
+
+    collector = RunCollector()
     try:
         return _run_checked(args, collector)
     finally:
@@ -214,41 +215,6 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
         _say(f"pgspec run: {len(problems)} golden file(s) are corrupted (above); the run fails")
         code = 2
     return code
-
-
-class _RunCollector:
-    """Python's cyclic garbage collector during ``pgspec run``.  A pass walks every object of its
-    generations, and a run makes millions that live until it ends (the adapter's framework and the
-    corpus, loaded; the prepared references); reference counting alone frees nearly everything
-    else a run builds.  So:
-
-    - while the run loads (the adapter with its framework, the corpus), the collector is paused;
-    - ``keep()`` (before each dtype's cases) exempts what exists then from the collector for the
-      rest of the run (``gc.freeze``), and runs the collector with a first-generation threshold of
-      RUN_THRESHOLD allocations: the few reference cycles a run makes are still collected, in
-      about a dozen young passes of a default run instead of about 300;
-    - ``restore()``, at the end whatever happens, gives everything back: the objects to the
-      collector, its thresholds and its state before the run (``main`` may be called again)."""
-
-    RUN_THRESHOLD = 20000
-
-    def __init__(self):
-        self.enabled, self.threshold = gc.isenabled(), gc.get_threshold()
-        gc.disable()
-
-    def keep(self) -> None:
-        gc.freeze()
-        gc.set_threshold(max(self.threshold[0], self.RUN_THRESHOLD), *self.threshold[1:])
-        if self.enabled:
-            gc.enable()
-
-    def restore(self) -> None:
-        gc.unfreeze()
-        gc.set_threshold(*self.threshold)
-        if self.enabled:
-            gc.enable()
-        else:
-            gc.disable()
 
 
 def _say(message: str) -> None:

@@ -185,6 +185,7 @@ def test_a_run_gives_back_to_the_garbage_collector_what_it_froze(capsys, monkeyp
 
     from pgspec.adapters.base import Adapter
     from pgspec.conformance import runner
+    from pgspec.conformance.gcpause import RunCollector
 
     froze, seen = [], []
     real_freeze, real_call = gc.freeze, Adapter.call
@@ -204,7 +205,7 @@ def test_a_run_gives_back_to_the_garbage_collector_what_it_froze(capsys, monkeyp
     capsys.readouterr()
     assert code == 0 and len(froze) == 3          # before the cases, and after each dtype's cases
     assert loading == [False]      # loaded once, with the collector paused while it and its framework load
-    assert seen and set(seen) == {(True, cli._RunCollector.RUN_THRESHOLD)}
+    assert seen and set(seen) == {(True, RunCollector.RUN_THRESHOLD)}
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == before and gc.isenabled()
 
 
