@@ -785,17 +785,18 @@ def compare_output(case: dict, key: str, ref, got, family: str, dtype: str) -> O
 # ------------------------------------------------------------------------------------------------
 # Preparing a golden reference (decimal strings to double-doubles) costs more than comparing it, and
 # a family file's bytes never change under its sha256: the prepared arrays of every output of every
-# case of a family file are kept on disk, one .npz per file, named by the file's sha256 and by the
-# digest of the code that prepares them (this module, tolerance.py, numpy's version).  The raw
-# reference values stay in the case; a Prepared read back finds them there when the comparison
-# needs them.  Under $PGSPEC_CACHE/prepared (default ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
+# case of a family file are kept on disk, one .npz per file, named by the file's sha256, in the
+# folder of the code that prepares them (this module, tolerance.py, numpy's version; see
+# cache.version_dir).  The raw reference values stay in the case; a Prepared read back finds them
+# there when the comparison needs them.  Under $PGSPEC_CACHE/prepared/<version> (default
+# ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
 _ARRAYS = ("kind", "r_hi", "r_lo", "r_exact", "s", "rbool")
 
 
 def _prepared_dir():
-    from .cache import cache_dir
+    from .cache import version_dir
 
-    return cache_dir("prepared")
+    return version_dir("prepared", _code_digest())
 
 
 _CODE_DIGEST: list = []
@@ -824,7 +825,7 @@ def _family_entries(family: str, sha: str, cases: dict) -> dict:
     """{(case id, key, token): Prepared} for every output of every case of a loaded family file,
     read from the on-disk cache or prepared now (and stored)."""
     d = _prepared_dir()
-    path = d / f"{sha}-{_code_digest()}.npz" if d is not None else None
+    path = d / f"{sha}.npz" if d is not None else None
     if path is not None and path.exists():
         try:
             return _read_family(path, cases)

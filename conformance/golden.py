@@ -269,11 +269,12 @@ _STATS = {"cached": 0, "evaluated": 0}
 # (the reference, the case definitions, this module and the input generator, mpmath's version and
 # backend, the precision).  A record is stored under the sha256 of all of these, so a hit is the
 # record the generator produces now, byte for byte; anything else in the key changing only costs
-# an evaluation.  Under $PGSPEC_CACHE/golden (default ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
+# an evaluation.  Under $PGSPEC_CACHE/golden/<version> (the folder of this code, cache.version_dir;
+# default ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
 def _record_cache_dir():
-    from .cache import cache_dir
+    from .cache import version_dir
 
-    return cache_dir("golden")
+    return version_dir("golden", _code_digest())
 
 
 @lru_cache(maxsize=1)

@@ -296,7 +296,7 @@ def test_prepared_read_back_from_disk_equals_a_fresh_preparation(tmp_path, monke
                 want = compare.prepare(ref, case["scale"].get(key), case["positions"] if token else None)
                 _same_arrays(got, want)
                 n += 1
-        assert sorted(p.name for p in (tmp_path / "prepared").iterdir())   # one file per family
+        assert sorted(p.name for p in compare._prepared_dir().glob("*.npz"))   # one file per family
     assert n > 2000      # both passes, every third case
 
 

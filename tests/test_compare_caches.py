@@ -80,7 +80,7 @@ def test_a_damaged_prepared_golden_file_is_prepared_again(tmp_path, monkeypatch)
     case = next(c for c in golden.load_all() if c["formula"] == "kl.k3" and not c.get("expect_error"))
     key = next(iter(case["outputs"]))
     compare._loaded_entry(case, key, False)                  # writes the family's file
-    (path,) = (tmp_path / "prepared").iterdir()
+    (path,) = compare._prepared_dir().glob("*.npz")
     sha, cases = golden.LOADED[case["family"]]
     assert compare._read_family(path, cases)                  # intact: read back
     import numpy as np

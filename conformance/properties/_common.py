@@ -140,13 +140,15 @@ def _evaluate_ref(key: str):
 
 
 # The reference results of the fixed examples, kept on disk between runs: an entry is named by the
-# sha256 of the example and of the reference's source files and mpmath's version, so it is the
-# evaluation's result bit for bit (mpf values stored exactly as (sign, mantissa, exponent, bits)).
-# Under $PGSPEC_CACHE/references (default ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
+# sha256 of the example, in the folder of the reference's source files, mpmath's version and the
+# comparison core's code (cache.version_dir), so it is the evaluation's result bit for bit (mpf
+# values stored exactly as (sign, mantissa, exponent, bits)).  Under
+# $PGSPEC_CACHE/references/<version> (default ~/.cache/pgspec); PGSPEC_CACHE=off disables it.
 def _cache_dir():
-    from ..cache import cache_dir
+    from ..cache import version_dir
 
-    return cache_dir("references")
+    # the entry also holds the comparison core's preparation: its code is part of the version
+    return version_dir("references", _reference_digest() + "\0" + core._code_digest())
 
 
 @lru_cache(maxsize=1)
@@ -170,8 +172,7 @@ def _disk_path(key: str):
     d = _cache_dir()
     if d is None:
         return None
-    # the entry also holds the comparison core's preparation: its code is part of the name
-    name = hashlib.sha256((_reference_digest() + "\0" + core._code_digest() + "\0" + key).encode()).hexdigest()
+    name = hashlib.sha256(key.encode()).hexdigest()
     return d / (name + ".marshal")
 
 
