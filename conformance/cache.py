@@ -26,6 +26,7 @@ _VERSION = re.compile(r"[0-9a-f]{16}")
 _LEGACY_FILE = re.compile(r"[0-9a-f]{64}(-[0-9a-f]{16})?(\.marshal|\.npz|\.json|\.\d+\.tmp|\.\d+\.tmp\.npz)")
 _LEGACY_FOLDER = re.compile(r"[0-9a-f]{2}")
 _CLAIMED: set = set()
+_FOLDERS: dict = {}       # (name, digest, the environment naming the cache) -> its version folder
 
 
 def cache_dir(name: str) -> Path | None:
@@ -44,10 +45,15 @@ def version_dir(name: str, digest: str) -> Path | None:
     digits of the sha256 of digest>``, or None when caching is off.  The first
     call for a folder in a process creates it, marks it used, and prunes ``<cache>/<name>``
     (``prune``); a cache that cannot be written is left as it is."""
+    where = (name, digest, os.environ.get("PGSPEC_CACHE"), os.environ.get("XDG_CACHE_HOME"), os.environ.get("HOME"))
+    folder = _FOLDERS.get(where)
+    if folder is not None:
+        return folder       # claimed already (asked once per entry: kept cheap)
     root = cache_dir(name)
     if root is None:
         return None
     folder = root / hashlib.sha256(digest.encode()).hexdigest()[:16]
+    _FOLDERS[where] = folder
     if folder not in _CLAIMED:
         _CLAIMED.add(folder)
         try:
