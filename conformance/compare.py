@@ -141,8 +141,9 @@ STATS = Stats()
 # The reference side, prepared once per (reference, scale) object
 # ------------------------------------------------------------------------------------------------
 U = 2.0 ** -53                     # float64 unit roundoff
-SMALL = 8                          # outputs of at most this many elements are compared exactly, one
-                                   # by one (each costs about 15 us, the vectorized pass about 140 us)
+SMALL = 8                          # compare_prepared compares outputs of at most this many elements
+                                   # exactly, one by one (each costs about 15 us, the vectorized pass
+                                   # about 140 us); compare_deferred judges them in Python floats
 BATCH_MIN = 3                      # compare_cases: cases of at least this many elements join the
                                    # shared pass (there a case costs about one exact evaluation)
 TINY = 2.0 ** -1060                # covers every absolute (underflow) rounding term, see the proof
@@ -745,6 +746,114 @@ def _compare_exact(g, prep, family, dtype, out, stop_at_failure):
     return out
 
 
+# ------------------------------------------------------------------------------------------------
+# The largest ratio of many comparisons, evaluated once at the end (the property checks)
+# ------------------------------------------------------------------------------------------------
+# A property check compares several outputs of several adapter calls and reports one number, the
+# largest error ratio over all of them.  compare_prepared evaluates each output's largest ratio
+# exactly; ``compare_deferred`` keeps instead each element's ratio interval from the float64 pass
+# (spec/tolerance.md: the exact ratio lies in [lb, ub]), and ``largest_ratio`` evaluates exactly,
+# once for the whole check, only the elements whose interval can hold the overall largest.
+def _float64_pass_scalar(g, hi, lo, s, r_exact, ku, floor):
+    """``_float64_pass`` on one element in Python floats: the same IEEE double operations in the
+    same order, so the same four results bit for bit (tests/test_compare.py checks it); for outputs
+    of a few elements, where numpy's cost per call exceeds the arithmetic.  The inputs are finite
+    (a real reference, a finite result): no operation here raises."""
+    b = ku * s + floor
+    d1 = g - hi
+    bb = d1 - g
+    t = (g - (d1 - bb)) + (-hi - bb)
+    e = abs(d1 + (t - lo))
+    slack_e = U * e + 4 * U * U * (abs(d1) + abs(hi)) + TINY
+    slack_b = 4 * U * b + TINY
+    slack = 2 * (slack_e + slack_b)
+    decided = abs(e - b) > slack
+    lb = max(e - slack_e, 0.0) / (b + slack_b) * (1 - 2.0 ** -48)
+    ub = (e + slack_e) / (b - slack_b) * (1 + 2.0 ** -48)
+    if r_exact and d1 == 0:
+        lb = ub = 0.0
+    return e <= b, decided, lb, ub
+
+
+class Deferred:
+    """One output compared, its largest ratio not yet evaluated: ``lb``/``ub`` each element's ratio
+    interval (the exact ratio where ``known`` holds the element's exact comparison), ``lb_max`` and
+    ``ub_max`` their largest values."""
+
+    __slots__ = ("g", "prep", "family", "dtype", "lb", "ub", "known", "lb_max", "ub_max")
+
+    def __init__(self, g, prep, family, dtype, lb, ub, known):
+        self.g, self.prep, self.family, self.dtype = g, prep, family, dtype
+        self.lb, self.ub, self.known = lb, ub, known
+        self.lb_max, self.ub_max = float(lb.max()), float(ub.max())
+
+
+def compare_deferred(g, prep: Prepared, family: str, dtype: str):
+    """``compare_prepared(g, prep, family, dtype, stop_at_failure=True)`` without evaluating the
+    output's largest ratio: (Outcome, Deferred).  The Outcome's ``failure`` (the first failing
+    element, evaluated exactly) is the one compare_prepared gives, its ``worst`` is None, and the
+    Deferred (None when an element fails) goes to ``largest_ratio``.  In exact mode, and for an
+    output that is not plain (a reference that is not real, a result that is not finite), this is
+    compare_prepared itself, its ``worst`` evaluated, and no Deferred."""
+    n = len(prep)
+    if _MODE == "exact" or n == 0 or not prep.plain:
+        return compare_prepared(g, prep, family, dtype, stop_at_failure=True), None
+    ku, floor = tolerance.K[family] * float(tolerance.UNIT_ROUNDOFF[dtype]), float(tolerance.FLOOR[dtype])
+    if n <= SMALL:
+        gl = g.tolist()
+        if not all(math.isfinite(x) for x in gl):
+            return compare_prepared(g, prep, family, dtype, stop_at_failure=True), None
+        rows = [_float64_pass_scalar(x, hi, lo, s, ex, ku, floor) for x, hi, lo, s, ex in
+                zip(gl, prep.r_hi.tolist(), prep.r_lo.tolist(), prep.s.tolist(), prep.r_exact.tolist())]
+        passed, decided, lb, ub = (np.array(col) for col in zip(*rows))
+    else:
+        if not np.isfinite(g).all():
+            return compare_prepared(g, prep, family, dtype, stop_at_failure=True), None
+        passed, decided, lb, ub = _float64_pass(g, prep.r_hi, prep.r_lo, prep.s, prep.r_exact, ku, floor)
+    STATS.elements += n
+    undecided = np.flatnonzero(~decided)
+    STATS.fallbacks += len(undecided)
+    STATS.fast += n - len(undecided)
+    known: dict = {}
+    _resolve(g, prep, passed, lb, ub, undecided, known, family, dtype)
+    out = Outcome(compared=n, passed=passed)
+    fails = np.flatnonzero(~passed)
+    if fails.size:
+        k = int(fails[0])
+        c = known.get(k)
+        if c is None:
+            c = _exact(float(g[k]), prep, k, family, dtype)
+            STATS.ratio_evals += 1
+        out.failure, out.failure_path, out.failure_got, out.failure_ref = c, prep.path_at(k), float(g[k]), prep.ref_at(k)
+        return out, None
+    return out, Deferred(g, prep, family, dtype, lb, ub, known)
+
+
+def largest_ratio(deferred: list, at_least: float = 0.0) -> float:
+    """The largest exact error ratio over every element of the outputs ``deferred`` and
+    ``at_least`` (a ratio known exactly, 0 for none): what the largest of compare_prepared's
+    ``worst.ratio`` over those outputs gives.  Every element's ratio lies in its interval, so the
+    largest is at least ``best``, the largest lower bound; an element whose upper bound is below
+    ``best`` cannot attain it, and only the others are evaluated (those with a ratio above 0 when
+    ``best`` is 0)."""
+    best = max([at_least] + [d.lb_max for d in deferred])
+    top = at_least
+    for d in deferred:
+        cand = np.flatnonzero(d.ub > 0) if best == 0.0 else np.flatnonzero(d.ub >= best)
+        seen: dict = {}     # equal (result, reference, scale): one evaluation
+        for k in cand.tolist():
+            c = d.known.get(k)
+            if c is None:
+                same = (float(d.g[k]), _hashable(d.prep.ref_at(k)), _hashable(d.prep.scale_at(k)))
+                c = seen.get(same)
+                if c is None:
+                    c = seen[same] = _exact(float(d.g[k]), d.prep, k, d.family, d.dtype)
+                    STATS.ratio_evals += 1
+            if c.ratio > top:
+                top = c.ratio
+    return top
+
+
 def _elements_loop(got, prep, family, dtype, stop_at_failure, lookup):
     """The element-by-element loop (a result not laid out like the reference): ``lookup(path)``
     gives the value or raises as the caller wants."""
@@ -1154,5 +1263,5 @@ def compare_cases(items: list, dtype: str) -> list:
 
 
 __all__ = ["to_tensors", "objective", "call", "compare_output", "gather_case", "compare_cases",
-           "compare_prepared", "prepare", "prepare_output", "Outcome",
+           "compare_prepared", "compare_deferred", "largest_ratio", "Deferred", "prepare", "prepare_output", "Outcome",
            "STATS", "set_mode", "mode"]

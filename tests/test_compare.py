@@ -201,6 +201,80 @@ def test_cases_compared_together_equal_each_case_alone_at_the_bound(dtype):
         assert out.passed.tolist() == one.passed.tolist()
 
 
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+def test_the_scalar_float64_pass_is_the_vectorized_one_bit_for_bit(dtype):
+    """compare._float64_pass_scalar (outputs of a few elements, in Python floats) gives the same
+    (passed, decided, lb, ub) as the numpy pass, element by element, at the bound and away from it."""
+    refs, scales, gots = _at_the_bound(dtype, "loss", seed=3)
+    rng = random.Random(4)
+    refs += [repr(rng.uniform(-1, 1) * 10.0 ** rng.randint(-300, 300)) for _ in range(200)] + ["0.0", "1e-320"]
+    scales += [None] * 202
+    gots += [float(r) * (1 + rng.choice((0, 1e-3, -2e-7, 1e-16))) for r in refs[len(gots):]]
+    prep = compare.prepare(refs, scales)
+    ku = tolerance.K["loss"] * float(tolerance.UNIT_ROUNDOFF[dtype])
+    floor = float(tolerance.FLOOR[dtype])
+    vec = compare._float64_pass(np.array(gots), prep.r_hi, prep.r_lo, prep.s, prep.r_exact, ku, floor)
+    one = [compare._float64_pass_scalar(g, hi, lo, sc, ex, ku, floor) for g, hi, lo, sc, ex in
+           zip(gots, prep.r_hi.tolist(), prep.r_lo.tolist(), prep.s.tolist(), prep.r_exact.tolist())]
+    for col, (a, b) in enumerate(zip(vec, zip(*one))):
+        assert np.array_equal(a, np.array(b)), col
+    assert not vec[1].all() and vec[1].any() and not vec[0].all()     # undecided and failing elements too
+
+
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+@pytest.mark.parametrize("n", [1, 3, 8, 40])
+def test_the_largest_ratio_deferred_is_the_largest_worst_ratio(dtype, n):
+    """compare_deferred and largest_ratio (the property checks: one largest ratio over many
+    outputs, evaluated exactly at the end) against compare_prepared on each output: the same first
+    failure, and, over outputs that pass, the largest of their worst ratios, exactly."""
+    refs, scales, gots = _at_the_bound(dtype, "ratio", seed=9)
+    rng = random.Random(n)
+    outputs = []
+    for k in range(0, len(refs), n):
+        r, sc, g = refs[k:k + n], scales[k:k + n], gots[k:k + n]
+        if rng.random() < 0.7:
+            g = [float(mpf(x)) * (1 + rng.choice((0.0, 2.0 ** -56, 2.0 ** -53))) for x in r]    # well inside
+        outputs.append((compare.prepare(r, sc), np.array(g)))
+    compare.STATS.reset()
+    deferred, exact_worst, failures = [], [], 0
+    for prep, g in outputs:
+        res, d = compare.compare_deferred(g, prep, "ratio", dtype)
+        one = compare.compare_prepared(g, prep, "ratio", dtype, stop_at_failure=True)
+        assert (res.failure, res.failure_path) == (one.failure, one.failure_path)
+        if one.failure is None:
+            assert d is not None
+            deferred.append(d)
+            exact_worst.append(one.worst.ratio)
+        else:
+            failures += 1
+            assert d is None
+    assert failures and deferred
+    assert compare.largest_ratio(deferred) == max(exact_worst)
+    # with a ratio already known: the larger of the two
+    assert compare.largest_ratio(deferred, 1e6) == 1e6
+    for part in (deferred[:1], deferred[-3:]):
+        assert compare.largest_ratio(part) == max(exact_worst[deferred.index(d)] for d in part)
+
+
+def test_property_results_are_identical_in_both_modes():
+    """The property checks (their outcomes, messages and largest error ratios) in fast mode, where
+    each check's largest ratio is evaluated once at the end, equal those in exact mode."""
+    from pgspec.conformance import properties
+
+    adapters = [runner.load_adapter("torch")] + [w.adapter() for w in wrong_adapters.WRONG_ADAPTERS]
+    for a in adapters:
+        for dtype in ("float64", "bfloat16"):
+            fast = [r.to_json() for r in properties.run_properties(a, dtype, "cpu", "*")]
+            old = compare.set_mode("exact")
+            try:
+                exact = [r.to_json() for r in properties.run_properties(a, dtype, "cpu", "*")]
+            finally:
+                compare.set_mode(old)
+            assert fast == exact, (a.name, dtype)
+            if a.name == "torch":
+                assert any(r["error_ratio"] for r in fast if r["outcome"] == "pass")
+
+
 def test_special_values_and_mpf_references():
     """NaN/inf results and references, booleans, ints, mpf references (properties) and a
     reference beyond float64's exponent range: all as tolerance.compare decides."""

@@ -77,14 +77,36 @@ class Property:
 
 @dataclass
 class Ctx:
+    """One property check of one adapter at one dtype: ``worst`` is the largest error ratio of
+    every comparison it made, evaluated exactly when read (``compare`` leaves each output's
+    elements as ratio intervals, compare.largest_ratio evaluates only those that can be the
+    largest)."""
     adapter: object
     dtype: str
     device: str
-    worst: float = 0.0
+    _worst: float = field(default=0.0, init=False, repr=False)
+    _deferred: list = field(default_factory=list, init=False, repr=False)
+    _floor: float = field(default=0.0, init=False, repr=False)     # no ratio of the check is below it
 
     def note(self, ratio):
-        if ratio is not None and ratio > self.worst:
-            self.worst = ratio
+        """A ratio known exactly."""
+        if ratio is not None and ratio > self._worst:
+            self._worst = ratio
+            self._floor = max(self._floor, ratio)
+
+    def defer(self, d):
+        """An output compared (compare.Deferred): its largest ratio, evaluated when ``worst`` is read."""
+        if d.ub_max == 0.0 or d.ub_max < self._floor:
+            return          # every ratio of it is 0, or below one the check already has
+        self._deferred.append(d)
+        self._floor = max(self._floor, d.lb_max)
+
+    @property
+    def worst(self) -> float:
+        if self._deferred:
+            self._worst = core.largest_ratio(self._deferred, self._worst)
+            self._deferred = []
+        return self._worst
 
 
 # JSON-able examples (non-finite floats as strings) --------------------------------------------
@@ -377,7 +399,8 @@ def _pylist(t):
 def compare(ctx, label, got, reference, scale, family):
     """Every non-null element of ``reference`` against ``got`` (tensor or nested list) with the
     tolerance model, through the comparison core; raises Falsified at the first element out of
-    bound, returns the worst ratio."""
+    bound, and gives ``ctx`` the elements' ratios (``ctx.worst``, the largest, is evaluated when
+    read)."""
     where = list
     if not isinstance(reference, list):          # a scalar: the result's single value
         g = _pylist(got)
@@ -391,15 +414,16 @@ def compare(ctx, label, got, reference, scale, family):
     g = core._gather(got, prep)     # a reference here is always a list (a scalar is wrapped above)
     if g is None:
         return _compare_loop(ctx, label, got, reference, scale, family)
-    res = core.compare_prepared(g, prep, family, ctx.dtype, stop_at_failure=True)
+    res, deferred = core.compare_deferred(g, prep, family, ctx.dtype)
     if res.failure is not None:
         cmp = res.failure
         raise Falsified(f"{label}{where(res.failure_path)}: got {res.failure_got!r}, reference "
                         f"{_fmt(res.failure_ref)}, error {cmp.error:.3g} > bound {cmp.bound:.3g}"
                         + (f" ({cmp.note})" if cmp.note else ""))
-    worst = max(res.worst.ratio, 0.0) if res.worst is not None else 0.0
-    ctx.note(worst)
-    return worst
+    if deferred is not None:
+        ctx.defer(deferred)
+    else:
+        ctx.note(max(res.worst.ratio, 0.0) if res.worst is not None else 0.0)
 
 
 _WRAPPED: dict = {}
