@@ -90,6 +90,19 @@ def parse_shape(text: str) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------------
 # Seeded inputs
 # ------------------------------------------------------------------------------------------------
+def parse_dtypes(text) -> list[str]:
+    """``--dtype``: one dtype or several, comma-separated (each checked against the one oracle)."""
+    if not isinstance(text, str):
+        raise CheckError(f"--dtype must be a string of comma-separated dtypes, got {text!r}")
+    dtypes = list(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))
+    if not dtypes:
+        raise CheckError(f"--dtype: no dtype given (got {text!r}); choose from {', '.join(tolerance.DTYPES)}")
+    bad = [d for d in dtypes if d not in tolerance.DTYPES]
+    if bad:
+        raise CheckError(f"--dtype: unknown dtype(s) {bad}; choose from {', '.join(tolerance.DTYPES)}")
+    return dtypes
+
+
 def seeded_inputs(formula: str, B: int, T: int, seed: int = 0, ragged: bool = True) -> dict:
     """numpy inputs for ``formula`` from pgspec-splitmix64/1: its real inputs drawn as the corpus's
     scale cases draw them, a right-padded mask (row b keeps T - (b * 7919 mod (T // 4 + 1)) tokens
@@ -339,8 +352,20 @@ def _unravel(k, t):
 def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", device: str = "cpu", seed: int = 0,
               params: dict | None = None, chunk: int = 8, vocab: int | None = None,
               hidden: int | None = None) -> CheckResult:
+    """The check of ``formula`` at [B, T] for ``adapter`` in ``dtype`` (``run_checks`` for one dtype)."""
+    return run_checks(adapter, formula, B, T, [dtype], device, seed, params, chunk, vocab, hidden)[0]
+
+
+def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), device: str = "cpu", seed: int = 0,
+               params: dict | None = None, chunk: int = 8, vocab: int | None = None,
+               hidden: int | None = None) -> list[CheckResult]:
+    """One CheckResult per dtype of ``dtypes``, in order.  The oracle does not depend on the
+    adapter's dtype (float64 on the same seeded inputs): it is evaluated once for all of them, and
+    each result's ``oracle_seconds`` is that one evaluation's time."""
     import torch
 
+    if isinstance(dtypes, str) or not dtypes or any(d not in tolerance.DTYPES for d in dtypes):
+        raise CheckError(f"dtypes: a non-empty list, each one of {', '.join(tolerance.DTYPES)}; got {dtypes!r}")
     if formula not in REGISTRY:
         raise CheckError(f"unknown formula {formula!r}")
     ok, why = adapter.available()
@@ -349,7 +374,7 @@ def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", dev
     if formula in VOCAB_FORMULAS:
         if vocab is None:
             raise CheckError(f"{formula} needs --vocab V (the vocabulary size of the linear head)")
-        return run_logprob_check(adapter, B, T, vocab, hidden, dtype, device, seed, dict(params or {}))
+        return run_logprob_checks(adapter, B, T, vocab, hidden, list(dtypes), device, seed, dict(params or {}))
     if vocab is not None or hidden is not None:
         raise CheckError(f"--vocab and --hidden apply to log-prob formulas only ({', '.join(VOCAB_FORMULAS)}), "
                          f"not to {formula}")
@@ -357,22 +382,36 @@ def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", dev
     if device == "cuda" and not torch.cuda.is_available():
         raise CheckError("--device cuda: no CUDA device is available")
     params = dict(params or {})
-    res = CheckResult(adapter.name, formula, dtype, device, [B, T], seed, "pass")
-    if formula not in adapter.capabilities() or dtype not in adapter.dtypes:
-        res.outcome, res.message = "unsupported", f"{adapter.name} does not implement {formula} in {dtype}"
-        return res
+    results = [CheckResult(adapter.name, formula, dtype, device, [B, T], seed, "pass") for dtype in dtypes]
+    todo = []
+    for res in results:
+        if formula not in adapter.capabilities() or res.dtype not in adapter.dtypes:
+            res.outcome, res.message = "unsupported", f"{adapter.name} does not implement {formula} in {res.dtype}"
+        else:
+            todo.append(res)
+    if not todo:
+        return results
     arrays = seeded_inputs(formula, B, T, seed)
     t = time.perf_counter()
     ref_out, ref_grads, scales = oracle(formula, arrays, params, device, chunk)
-    res.oracle_seconds = time.perf_counter() - t
+    seconds = time.perf_counter() - t
+    for res in todo:
+        res.oracle_seconds = seconds
+        _check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales)
+    return results
+
+
+def _check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales) -> None:
+    """The adapter's call in ``res.dtype`` judged against the oracle's outputs, into ``res``."""
+    dtype, device = res.dtype, res.device
     try:
         tensors = to_tensors(formula, arrays, dtype, device)
     except Exception as e:  # noqa: BLE001 - the adapter's dtype or device cannot hold the inputs
         res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
-        return res
+        return
     got = _timed_adapter_call(res, device, lambda: compare.call(adapter, formula, tensors, params))
     if got is None:
-        return res
+        return
     out, grads = got
     f = REGISTRY[formula]
     mask = arrays.get("mask")
@@ -383,13 +422,16 @@ def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", dev
     for name, g in ref_grads.items():
         if name not in grads:
             res.outcome, res.message = "error", f"the adapter returned no gradient for {name!r}"
-            return res
+            return
         res.outputs.append(_judge(f"grad.{name}", grads[name], g, scales[f"grad.{name}"], mask, f.family, dtype))
+    _conclude(res)
+
+
+def _conclude(res) -> None:
     if any(o.failures for o in res.outputs):
         res.outcome = "fail"
         o = next(o for o in res.outputs if o.failures)
         res.message = f"{o.output}: {o.failures} of {o.compared} elements out of bound; first {o.first_failure}"
-    return res
 
 
 # ------------------------------------------------------------------------------------------------
@@ -454,8 +496,10 @@ def _timed_adapter_call(res, device, work):
         return None
 
 
-def run_logprob_check(adapter, B, T, V, H, dtype, device, seed, params) -> CheckResult:
-    """``logprob.token`` at [B, T] positions over a vocabulary of V through a linear head of width H."""
+def run_logprob_checks(adapter, B, T, V, H, dtypes, device, seed, params) -> list[CheckResult]:
+    """``logprob.token`` at [B, T] positions over a vocabulary of V through a linear head of width H,
+    one CheckResult per dtype: the adapter's results in every dtype are kept (on their device), then
+    judged together in one pass of the oracle over the positions."""
     import torch
 
     from . import check_logprob as lp
@@ -468,17 +512,55 @@ def run_logprob_check(adapter, B, T, V, H, dtype, device, seed, params) -> Check
         arrays = lp.seeded_head(B, T, V, H, seed)
     except ValueError as e:
         raise CheckError(str(e)) from None
-    res = CheckResult(adapter.name, lp.FORMULA, dtype, device, [B, T], seed, "pass", vocab=V, hidden=H)
     head = getattr(adapter, "heads", {}).get(lp.FORMULA)
-    if dtype not in adapter.dtypes or (head is None and lp.FORMULA not in adapter.capabilities()):
-        res.outcome, res.message = "unsupported", f"{adapter.name} does not implement {lp.FORMULA} in {dtype}"
-        return res
+    y = torch.as_tensor(arrays["targets"], device=device)
+    m = torch.as_tensor(arrays["mask"], device=device)
+    results, judged = [], []
+    for dtype in dtypes:
+        res = CheckResult(adapter.name, lp.FORMULA, dtype, device, [B, T], seed, "pass", vocab=V, hidden=H)
+        results.append(res)
+        if dtype not in adapter.dtypes or (head is None and lp.FORMULA not in adapter.capabilities()):
+            res.outcome, res.message = "unsupported", f"{adapter.name} does not implement {lp.FORMULA} in {dtype}"
+            continue
+        res.path = "head" if head is not None else "logits"
+        got = _timed_adapter_call(res, device, _logprob_work(adapter, head, arrays, y, m, p, dtype, device))
+        if got is None:
+            continue
+        got_lp, got_gx = got
+        if tuple(got_lp.shape) != (B, T) or tuple(got_gx.shape) != (B, T, H):
+            res.outcome = "error"
+            res.message = f"shapes: logprobs {tuple(got_lp.shape)} (expected {(B, T)}), grad.hidden " \
+                          f"{tuple(got_gx.shape)} (expected {(B, T, H)})"
+            continue
+        judged.append((res, got_lp.detach().reshape(-1), got_gx.detach().reshape(B * T, H),
+                       _Judge("logprobs", "logprob", dtype, (B, T)), _Judge("grad.hidden", "logprob", dtype, (B, T))))
+        del got, got_lp, got_gx
+    if not judged:
+        return results
+    mflat = m.reshape(-1)
+    t = time.perf_counter()
+    for sl, ref_lp, El, ref_gx, SX in lp.oracle_chunks(arrays, p, device):
+        for _, got_lp, got_gx, j_lp, j_gx in judged:
+            j_lp.add(sl.start, got_lp[sl], ref_lp, El, mflat[sl])
+            # the gradient is compared at every position: 0 (exactly) where the mask is false
+            j_gx.add(sl.start, got_gx[sl], ref_gx, SX, torch.ones_like(mflat[sl]))
+    seconds = time.perf_counter() - t
+    for res, _, _, j_lp, j_gx in judged:
+        res.oracle_seconds = seconds
+        res.outputs = [j_lp.out, j_gx.out]
+        _conclude(res)
+    return results
+
+
+def _logprob_work(adapter, head, arrays, y, m, p, dtype, device):
+    """The adapter's call in ``dtype``: (log-probs [B, T], gradient wrt the hidden states [B, T, H])."""
+    import torch
+
+    from . import check_logprob as lp
+
     tdtype = getattr(torch, compare.TORCH_DTYPES[dtype])
     X = torch.as_tensor(arrays["hidden"], device=device).to(tdtype)
     W = torch.as_tensor(arrays["weight"], device=device).to(tdtype)
-    y = torch.as_tensor(arrays["targets"], device=device)
-    m = torch.as_tensor(arrays["mask"], device=device)
-    res.path = "head" if head is not None else "logits"
 
     def work():
         if head is not None:
@@ -490,29 +572,4 @@ def run_logprob_check(adapter, B, T, V, H, dtype, device, seed, params) -> Check
             (gx,) = torch.autograd.grad(compare.objective(o["logprobs"], m), [Xg])
         return o["logprobs"], gx
 
-    got = _timed_adapter_call(res, device, work)
-    if got is None:
-        return res
-    got_lp, got_gx = got
-    if tuple(got_lp.shape) != (B, T) or tuple(got_gx.shape) != (B, T, H):
-        res.outcome = "error"
-        res.message = f"shapes: logprobs {tuple(got_lp.shape)} (expected {(B, T)}), grad.hidden {tuple(got_gx.shape)} " \
-                      f"(expected {(B, T, H)})"
-        return res
-    got_lp = got_lp.detach().reshape(-1)
-    got_gx = got_gx.detach().reshape(B * T, H)
-    j_lp = _Judge("logprobs", "logprob", dtype, (B, T))
-    j_gx = _Judge("grad.hidden", "logprob", dtype, (B, T))
-    mflat = m.reshape(-1)
-    t = time.perf_counter()
-    for sl, ref_lp, El, ref_gx, SX in lp.oracle_chunks(arrays, p, device):
-        j_lp.add(sl.start, got_lp[sl], ref_lp, El, mflat[sl])
-        # the gradient is compared at every position: 0 (exactly) where the mask is false
-        j_gx.add(sl.start, got_gx[sl], ref_gx, SX, torch.ones_like(mflat[sl]))
-    res.oracle_seconds = time.perf_counter() - t
-    res.outputs = [j_lp.out, j_gx.out]
-    if any(o.failures for o in res.outputs):
-        res.outcome = "fail"
-        o = next(o for o in res.outputs if o.failures)
-        res.message = f"{o.output}: {o.failures} of {o.compared} elements out of bound; first {o.first_failure}"
-    return res
+    return work

@@ -434,7 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--vocab", type=int, default=None, help="vocabulary size V for log-prob formulas (logprob.token)")
     c.add_argument("--hidden", type=int, default=None,
                    help="width H of the linear head whose exact logits log-prob checks use (default 64)")
-    c.add_argument("--dtype", default="float32", help="the adapter's dtype")
+    c.add_argument("--dtype", default="float32",
+                   help="the adapter's dtype, or several comma-separated (the oracle is evaluated once for all)")
     c.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device of the adapter's tensors")
     c.add_argument("--seed", type=int, default=0, help="seed of the input generator")
     c.add_argument("--chunk", type=int, default=8, help="sequences per chunk of the oracle's scale pass")
@@ -458,22 +459,28 @@ def _check(args) -> int:
                 params[name] = json.loads(value)
             except ValueError:
                 params[name] = value
+        dtypes = check.parse_dtypes(args.dtype)
         adapter = runner.load_adapter(args.adapter)
-        res = check.run_check(adapter, args.formula, B, T, args.dtype, args.device, args.seed, params, args.chunk,
-                              vocab=args.vocab, hidden=args.hidden)
+        results = check.run_checks(adapter, args.formula, B, T, dtypes, args.device, args.seed, params, args.chunk,
+                                   vocab=args.vocab, hidden=args.hidden)
     except (check.CheckError, runner.RunError) as e:
         print(f"pgspec check: {e}", file=sys.stderr)
         return 2
-    for o in res.outputs:
-        print(f"{res.formula} {o.output}: {o.compared} elements, worst error ratio {o.worst_ratio:.3g}, "
-              f"{o.failures} out of bound")
-    size = f"{B}x{T}" + (f" V={res.vocab} H={res.hidden} via {res.path or '-'}" if res.vocab else "")
-    print(f"pgspec check {res.adapter} {res.formula} {res.dtype} {size} seed {res.seed}: {res.outcome} "
-          f"(adapter {res.adapter_seconds:.2f} s, oracle {res.oracle_seconds:.2f} s){': ' + res.message if res.message else ''}")
+    shared = f", shared by {', '.join(dtypes)}" if len(dtypes) > 1 else ""
+    for res in results:
+        for o in res.outputs:
+            print(f"{res.formula} {res.dtype} {o.output}: {o.compared} elements, worst error ratio {o.worst_ratio:.3g}, "
+                  f"{o.failures} out of bound")
+        size = f"{B}x{T}" + (f" V={res.vocab} H={res.hidden} via {res.path or '-'}" if res.vocab else "")
+        print(f"pgspec check {res.adapter} {res.formula} {res.dtype} {size} seed {res.seed}: {res.outcome} "
+              f"(adapter {res.adapter_seconds:.2f} s, oracle {res.oracle_seconds:.2f} s{shared})"
+              f"{': ' + res.message if res.message else ''}")
     if args.json:
+        # one dtype: its result; several: the list of their results, in the order given
+        doc = results[0].to_json() if len(results) == 1 else [res.to_json() for res in results]
         with open(args.json, "w") as fh:
-            json.dump(res.to_json(), fh, indent=1)
-    return {"pass": 0, "unsupported": 0}.get(res.outcome, 1)
+            json.dump(doc, fh, indent=1)
+    return max({"pass": 0, "unsupported": 0}.get(res.outcome, 1) for res in results)
 
 
 def _seconds(text: str) -> float:

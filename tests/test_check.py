@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pgspec.adapters.base import Adapter
-from pgspec.conformance import check, compare, golden, runner
+from pgspec.conformance import check, check_logprob, compare, golden, runner
 from pgspec.reference import REGISTRY, evaluate
 
 
@@ -225,3 +225,59 @@ def test_logprob_check_usage_errors():
         check.run_check(adapter, "loss.bnpo", 2, 8, vocab=10)
     with pytest.raises(check.CheckError, match=">= 2"):
         check.run_check(adapter, "logprob.token", 2, 8, vocab=1)
+
+
+def _comparable(res):
+    d = res.to_json()
+    d.pop("adapter_seconds")
+    d.pop("oracle_seconds")
+    return d
+
+
+@pytest.mark.parametrize("formula, kw", [("loss.bnpo", {}), ("logprob.token", {"vocab": 300, "hidden": 16})])
+def test_several_dtypes_share_one_oracle_and_give_each_dtypes_own_result(formula, kw, monkeypatch):
+    """run_checks with several dtypes: each result is what run_check gives for that dtype alone
+    (a failing and an unsupported dtype among them), and the oracle is evaluated once."""
+    torch_adapter = runner.load_adapter("torch")
+    real = torch_adapter.implementations[formula]
+    key = "loss" if formula == "loss.bnpo" else "logprobs"
+
+    def wrong_in_float32(inputs, params):
+        out = real(inputs, params)
+        off = next(iter(inputs.values())).dtype == torch.float32
+        return {**out, key: out[key] * (1 + 1e-4)} if off else out
+
+    adapter = Adapter("mixed", "test", "0", implementations={formula: wrong_in_float32},
+                      dtypes=("float64", "float32", "bfloat16"))
+    dtypes = ["bfloat16", "float32", "float16", "float64"]
+    alone = [check.run_check(adapter, formula, 3, 64, d, **kw) for d in dtypes]
+    assert [r.outcome for r in alone] == ["pass", "fail", "unsupported", "pass"]
+    calls = []
+    for module, name in ((check, "oracle"), (check_logprob, "oracle_chunks")):
+        fn = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _fn=fn, _n=name, **k: (calls.append(_n), _fn(*a, **k))[1])
+    together = check.run_checks(adapter, formula, 3, 64, dtypes, **kw)
+    assert len(calls) == 1
+    assert [_comparable(r) for r in together] == [_comparable(r) for r in alone]
+    assert len({r.oracle_seconds for r in together if r.outcome != "unsupported"}) == 1
+
+
+def test_cli_dtypes():
+    cmd = [sys.executable, "-m", "pgspec.conformance.cli", "check", "--formula", "loss.bnpo", "--shape", "2x64"]
+    bad = subprocess.run(cmd + ["--dtype", "float8"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--dtype" in bad.stderr and "float8" in bad.stderr and not bad.stdout
+    empty = subprocess.run(cmd + ["--dtype", " , "], capture_output=True, text=True)
+    assert empty.returncode == 2 and "no dtype given" in empty.stderr
+
+
+def test_cli_several_dtypes_write_a_list(tmp_path):
+    import json
+
+    out = tmp_path / "check.json"
+    cmd = [sys.executable, "-m", "pgspec.conformance.cli", "check", "--formula", "agg.token_mean", "--shape", "2x64",
+           "--dtype", "bfloat16,float32", "--json", str(out)]
+    ok = subprocess.run(cmd, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.count(": pass") == 2 and "shared by bfloat16, float32" in ok.stdout
+    doc = json.loads(out.read_text())
+    assert [r["dtype"] for r in doc] == ["bfloat16", "float32"] and all(r["outcome"] == "pass" for r in doc)
