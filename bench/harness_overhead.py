@@ -1,7 +1,7 @@
 """Harness overhead of `pgspec run`: wall time / time spent inside the adapter's own work.
 
     python bench/harness_overhead.py [--adapter torch] [--dtype float64,float32,bfloat16]
-                                     [--no-properties] [--verify] [--phases]
+                                     [--no-properties] [--verify] [--phases] [--repeat N]
 
 Runs `pgspec run` in this process (the default run unless told otherwise) with the adapter's
 methods (``call``, ``available``, ``device_available``, ``capabilities``) and ``torch.autograd.grad``
@@ -14,6 +14,8 @@ methods (``call``, ``available``, ``device_available``, ``capabilities``) and ``
 - the comparison core's counts: elements compared, decided in float64, exact fall-backs (margin
   within the rounding slack), non-finite elements decided exactly, exact ratio evaluations;
 - with ``--verify``: the wall time of `pgspec golden verify` in a fresh process (target <= 60 s).
+- with ``--repeat N``: N runs, each in a fresh process, each run's figures and their medians (one
+  run's figures drift with the machine's load).
 - with ``--phases``: where the run's time goes, phase by phase (loading, each dtype's cases and
   property checks, the table), each phase's wall time split into the adapter's work and the
   harness's own.
@@ -106,7 +108,14 @@ def main() -> int:
     parser.add_argument("--verify", action="store_true", help="also time `pgspec golden verify`")
     parser.add_argument("--cold", action="store_true", help="empty caches (the first run on a machine)")
     parser.add_argument("--phases", action="store_true", help="the time of each phase of the run")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="N runs, each in a fresh process, and the median of each figure")
+    parser.add_argument("--figures", metavar="PATH", help=argparse.SUPPRESS)   # --repeat's runs write here
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be >= 1, got {args.repeat}")
+    if args.repeat > 1:
+        return _repeat(args)
     if args.cold:
         os.environ["PGSPEC_CACHE"] = tempfile.mkdtemp(prefix="pgspec-cache-")
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
@@ -193,6 +202,12 @@ def main() -> int:
           f"{s.ratio_evals} exact ratio evaluations")
     if args.phases:
         _print_phases(phases, wall, t_torch, adapter_time)
+    if args.figures:
+        import json
+
+        with open(args.figures, "w") as fh:
+            json.dump({"wall": wall, "adapter": adapter_time, "ratio": ratio, "import torch": t_torch,
+                       "ratio with the import": with_import, "CPU ratio": cpu_ratio, "exit": rc}, fh)
     if args.verify:
         t = time.perf_counter()
         v = subprocess.run([sys.executable, "-m", "pgspec.conformance.cli", "golden", "verify"],
@@ -202,6 +217,36 @@ def main() -> int:
         print(f"pgspec golden verify: exit {v.returncode}, {dt:.1f} s  target <= {TARGET_VERIFY:.0f} s  "
               f"{'ok' if dt <= TARGET_VERIFY else 'OVER TARGET'}  ({last})")
     return 0
+
+
+def _repeat(args) -> int:
+    """``--repeat N``: the bench N times, each run in a fresh process (imports included, as a user's
+    run pays them), then the median of each figure: on a shared machine one run's figures drift."""
+    import json
+    import statistics
+
+    argv = [sys.executable, os.path.abspath(__file__), "--adapter", args.adapter, "--dtype", args.dtype,
+            "--formulas", args.formulas] + (["--no-properties"] if args.no_properties else []) \
+        + (["--cold"] if args.cold else [])
+    runs = []
+    for k in range(args.repeat):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "figures.json")
+            p = subprocess.run(argv + ["--figures", path], capture_output=True, text=True)
+            if p.returncode != 0 or not os.path.exists(path):
+                print(p.stdout + p.stderr, file=sys.stderr)
+                print(f"run {k + 1} failed (exit {p.returncode})", file=sys.stderr)
+                return 1
+            with open(path) as fh:
+                runs.append(json.load(fh))
+        r = runs[-1]
+        print(f"run {k + 1}: " + ", ".join(f"{name} {value:.2f}" for name, value in r.items() if name != "exit"))
+    median = {name: statistics.median(r[name] for r in runs) for name in runs[0] if name != "exit"}
+    print(f"median of {len(runs)}: " + ", ".join(f"{name} {value:.2f}" for name, value in median.items()))
+    print(f"harness overhead ratio (median): {median['ratio']:.2f}, with the torch import counted "
+          f"{median['ratio with the import']:.2f}  target <= {TARGET_RATIO}  "
+          f"{'ok' if median['ratio'] <= TARGET_RATIO else 'OVER TARGET'}")
+    return 0 if all(r["exit"] == 0 for r in runs) else 1
 
 
 if __name__ == "__main__":
