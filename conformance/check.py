@@ -90,19 +90,6 @@ def parse_shape(text: str) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------------
 # Seeded inputs
 # ------------------------------------------------------------------------------------------------
-def parse_dtypes(text) -> list[str]:
-    """``--dtype``: one dtype or several, comma-separated (each checked against the one oracle)."""
-    if not isinstance(text, str):
-        raise CheckError(f"--dtype must be a string of comma-separated dtypes, got {text!r}")
-    dtypes = list(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))
-    if not dtypes:
-        raise CheckError(f"--dtype: no dtype given (got {text!r}); choose from {', '.join(tolerance.DTYPES)}")
-    bad = [d for d in dtypes if d not in tolerance.DTYPES]
-    if bad:
-        raise CheckError(f"--dtype: unknown dtype(s) {bad}; choose from {', '.join(tolerance.DTYPES)}")
-    return dtypes
-
-
 def seeded_inputs(formula: str, B: int, T: int, seed: int = 0, ragged: bool = True) -> dict:
     """numpy inputs for ``formula`` from pgspec-splitmix64/1: its real inputs drawn as the corpus's
     scale cases draw them, a right-padded mask (row b keeps T - (b * 7919 mod (T // 4 + 1)) tokens

@@ -112,16 +112,14 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
 
     from . import report, runner
     from .runner import RunError
-    from .tolerance import DTYPES
+    from .tolerance import parse_dtypes
 
     console = Console(stderr=True)
     # every argument is checked before anything runs: a mistake costs a second, not a whole run
-    dtypes = list(dict.fromkeys(d.strip() for d in args.dtype.split(",") if d.strip()))
-    if not dtypes:
-        raise RunError(f"--dtype: no dtype given (got {args.dtype!r}); choose from {', '.join(DTYPES)}")
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad:
-        raise RunError(f"--dtype: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
+    try:
+        dtypes = parse_dtypes(args.dtype)
+    except ValueError as e:
+        raise RunError(str(e)) from None
     reports = []
     for spec in args.report or []:
         kind, _, path = spec.partition(":")
@@ -446,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args) -> int:
-    from . import check, runner
+    from . import check, runner, tolerance
 
     try:
         B, T = check.parse_shape(args.shape)
@@ -459,7 +457,10 @@ def _check(args) -> int:
                 params[name] = json.loads(value)
             except ValueError:
                 params[name] = value
-        dtypes = check.parse_dtypes(args.dtype)
+        try:
+            dtypes = tolerance.parse_dtypes(args.dtype)
+        except ValueError as e:
+            raise check.CheckError(str(e)) from None
         adapter = runner.load_adapter(args.adapter)
         results = check.run_checks(adapter, args.formula, B, T, dtypes, args.device, args.seed, params, args.chunk,
                                    vocab=args.vocab, hidden=args.hidden)

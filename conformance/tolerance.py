@@ -43,6 +43,18 @@ class Comparison:
     note: str = ""
 
 
+def parse_dtypes(text: str) -> list[str]:
+    """The ``--dtype`` option of ``pgspec run`` and ``pgspec check``: comma-separated dtypes, in the
+    order given, each once; ValueError (naming the option and the choices) for none or an unknown one."""
+    dtypes = list(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))
+    if not dtypes:
+        raise ValueError(f"--dtype: no dtype given (got {text!r}); choose from {', '.join(DTYPES)}")
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad:
+        raise ValueError(f"--dtype: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
+    return dtypes
+
+
 def bound(family: str, dtype: str, scale) -> mpf:
     if dtype not in UNIT_ROUNDOFF:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
