@@ -58,9 +58,7 @@ def version_dir(name: str, digest: str) -> Path | None:
         _CLAIMED.add(folder)
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            marker = folder / MARKER
-            marker.touch()
-            os.utime(marker)
+            (folder / MARKER).touch()      # an existing marker's mtime is set to now
         except OSError:
             return folder   # read-only or unusable: entries are looked up, nothing is pruned
         prune(root, keep=folder)
