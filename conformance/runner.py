@@ -242,10 +242,65 @@ def case_arrays(case: dict) -> dict:
     size = sum(getattr(a, "size", 0) for a in out.values())
     if _ARRAYS_HELD[0] + size > _ARRAYS_BUDGET:
         _ARRAYS.clear()
+        _BASES.clear()
         _ARRAYS_HELD[0] = 0
     _ARRAYS[id(case)] = (case, out)
     _ARRAYS_HELD[0] += size
     return out
+
+
+# Each dtype's tensors of a case are copies of CPU tensors over the case's arrays (``torch.from_numpy``:
+# no copy), made once per case: one conversion per input and dtype instead of a numpy copy, a tensor
+# and a conversion.  Held as long as the case's arrays are (``_ARRAYS``).
+_BASES: dict = {}
+
+
+def case_tensors(case: dict, dtype: str, device: str) -> dict:
+    """``to_tensors(case["formula"], case_arrays(case), dtype, device)``: the same tensors (values,
+    dtypes, shapes, which require grad), each a fresh copy that shares memory with nothing cached."""
+    import torch
+
+    hit = _BASES.get(id(case))
+    if hit is None or hit[0] is not case:
+        arrays = case_arrays(case)
+        plan = _base_plan(case["formula"], arrays)
+        if plan is None:        # an input no array holds: to_tensors fails on it as it always does
+            return to_tensors(case["formula"], arrays, dtype, device)
+        hit = _BASES[id(case)] = (case, plan)
+    tdtype = getattr(torch, TORCH_DTYPES[dtype])
+    tensors = {}
+    for name, base, real, diff in hit[1]:
+        if real:
+            t = base.to(device=device, dtype=tdtype, copy=True)
+            if diff:
+                t.requires_grad_(True)
+        else:
+            t = base.to(device=device, copy=True)
+        tensors[name] = t
+    return tensors
+
+
+_KIND_DTYPES = {"bool": "bool", "int": "int64"}
+
+
+def _base_plan(formula_id: str, arrays: dict):
+    """[(name, CPU tensor over the array, real, differentiable)] for ``case_tensors``, or None when
+    an input is not an array of its kind's numpy dtype (then ``to_tensors`` decides)."""
+    import numpy as np
+    import torch
+
+    f = REGISTRY[formula_id]
+    plan = []
+    try:
+        for name, value in arrays.items():
+            kind = f.input(name).kind
+            want = _KIND_DTYPES.get(kind, "float64")
+            if not isinstance(value, np.ndarray) or value.dtype != np.dtype(want) or not value.flags.writeable:
+                return None
+            plan.append((name, torch.from_numpy(value), want == "float64", name in f.differentiable))
+    except Exception:  # noqa: BLE001 - an unknown input name: to_tensors reports it
+        return None
+    return plan
 
 
 def adapter_params(formula_id: str, params: dict) -> dict:
@@ -543,7 +598,7 @@ def _expect_rejection(adapter, case, dtype, device, result) -> CaseResult:
     want = case["expect_error"]
     rule = f"{want['argument']}: {want['rule']}"
     try:
-        tensors = to_tensors(case["formula"], case_arrays(case), dtype, device)
+        tensors = case_tensors(case, dtype, device)
     except Exception as e:  # noqa: BLE001 - e.g. a ragged row: no tensor can hold it
         result.outcome = "not-applicable"
         result.message = (f"the case's inputs cannot be given as {dtype} tensors ({type(e).__name__}); its rule "
@@ -583,7 +638,7 @@ def _call_case(adapter, case, dtype, device, result):
 
     f = REGISTRY[case["formula"]]
     try:
-        tensors = to_tensors(case["formula"], case_arrays(case), dtype, device)
+        tensors = case_tensors(case, dtype, device)
         with torch.enable_grad():
             out = adapter.call(case["formula"], tensors, adapter_params(case["formula"], case["params"]))
             check_outputs(f, case, dtype, tensors, out)

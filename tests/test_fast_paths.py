@@ -44,6 +44,56 @@ def test_tensors_never_share_memory_with_the_cached_arrays():
         assert np.array_equal(v, before[k], equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+def test_case_tensors_equal_to_tensors_of_the_case_arrays(dtype):
+    import torch
+
+    checked = 0
+    for case in golden.load_all():
+        try:
+            want = runner.to_tensors(case["formula"], runner.case_arrays(case), dtype, "cpu")
+        except Exception as e:  # noqa: BLE001 - a ragged input: case_tensors raises the same
+            with pytest.raises(type(e)):
+                runner.case_tensors(case, dtype, "cpu")
+            continue
+        for _ in range(2):      # the first call builds the case's CPU tensors, the second reuses them
+            got = runner.case_tensors(case, dtype, "cpu")
+            assert list(got) == list(want), case["id"]
+            for name, t in got.items():
+                w = want[name]
+                assert (t.dtype, t.shape, t.requires_grad, t.is_leaf) == (w.dtype, w.shape, w.requires_grad, w.is_leaf), \
+                    (case["id"], name)
+                a, b = t.detach(), w.detach()
+                if a.is_floating_point():
+                    a, b = a.double().numpy(), b.double().numpy()
+                    assert np.array_equal(a, b, equal_nan=True), (case["id"], name)
+                else:
+                    assert torch.equal(a, b), (case["id"], name)
+        checked += 1
+    assert checked > 1000
+
+
+def test_case_tensors_are_fresh_copies():
+    import torch
+
+    case = next(c for c in golden.load_all() if c["formula"] == "kl.k3" and not c.get("expect_error"))
+    arrays = runner.case_arrays(case)
+    before = {k: v.copy() for k, v in arrays.items()}
+    first = runner.case_tensors(case, "float64", "cpu")
+    with torch.no_grad():
+        for t in first.values():
+            if t.dtype.is_floating_point:
+                t.mul_(3)
+            else:
+                t.zero_()
+    for k, v in arrays.items():
+        assert np.array_equal(v, before[k], equal_nan=True)
+    again = runner.case_tensors(case, "float64", "cpu")
+    for k, t in again.items():
+        assert np.array_equal(t.detach().numpy(), before[k], equal_nan=True)
+        assert t.data_ptr() != first[k].data_ptr()
+
+
 def _values(rng):
     mags = [0.0, 1e-300, 2.0 ** -1070, 1e-30, 1e-8, 0.5, 1.0, 3.0, 1e8, 1e30, 1e300]
     for _ in range(40):
