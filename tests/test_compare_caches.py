@@ -96,3 +96,26 @@ def test_a_damaged_prepared_golden_file_is_prepared_again(tmp_path, monkeypatch)
     got = compare._loaded_entry(case, key, False)            # prepared afresh, not read
     want = compare.prepare(case["outputs"][key], case["scale"].get(key))
     assert np.array_equal(got.r_hi, want.r_hi)
+
+
+def test_reference_keys_are_equal_exactly_for_equal_values():
+    import json
+    import math
+
+    row = [-0.5, -1.25]
+    a = C._key("agg.token_mean", {"values": [row, row], "mask": [[True, False]] * 2}, {"b": 1, "a": 2.0})
+    # the same values: other objects, another insertion order
+    b = C._key("agg.token_mean", {"mask": [[True, False], [True, False]], "values": [[-0.5, -1.25], [-0.5, -1.25]]},
+               {"a": 2.0, "b": 1})
+    assert a == b
+    for other in ({"a": 2, "b": 1}, {"a": 2.0, "b": True}, {"a": -0.0, "b": 1}, {"a": 2.0, "b": 1, "c": None}):
+        assert C._key("agg.token_mean", {"values": [row, row], "mask": [[True, False]] * 2}, other) != a
+    assert C._key("agg.token_mean", {"values": [row, [-0.5, -1.5]], "mask": [[True, False]] * 2},
+                  {"b": 1, "a": 2.0}) != a
+    # the parts come back as JSON gives them (what the evaluation used to decode), NaN included
+    parts = ("kl.k3", {"logprobs": [[math.nan, math.inf, -0.0, 1.5]], "mask": [[True, False, True, True]]},
+             {"clamp": (1.0, 2.0)})
+    back = C._parts(C._key(*parts))
+    want = C.decode(json.loads(C._json_key(*parts)))
+    assert json.dumps(back, sort_keys=True) == json.dumps(want, sort_keys=True)
+    assert back[2]["clamp"] == [1.0, 2.0] and math.isnan(back[1]["logprobs"][0][0])

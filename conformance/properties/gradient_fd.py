@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from functools import lru_cache
 
@@ -12,8 +11,8 @@ from pgspec.reference import REGISTRY, evaluate
 
 from .. import compare as core
 from .. import tolerance
-from ._common import (EXCLUDED, Falsified, Property, Unsupported, _at, _flat, _fmt, _key, _need, _pylist, _s,
-    _torch, call, decode, formula_example, ref)
+from ._common import (EXCLUDED, Falsified, Property, Unsupported, _at, _flat, _fmt, _key, _need, _parts, _pylist, _s,
+    _torch, call, formula_example, ref)
 
 
 def _constant_sg():
@@ -83,7 +82,7 @@ def _fd_reference(fid, ex):
 @lru_cache(maxsize=4096)
 def _adapter_fd(adapter_key, fid, key):
     """Central differences of the adapter's float64 objective (cached per adapter and example)."""
-    ctx, ex = _FD_CTX[adapter_key], decode(json.loads(key))[0]
+    ctx, ex = _FD_CTX[adapter_key], _parts(key)[0]
     torch = _torch()
     f = REGISTRY[fid]
 
