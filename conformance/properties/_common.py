@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import pickle
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -263,19 +264,26 @@ def _unpack(x, _make=mp.make_mpf):
     return x
 
 
-def _disk_get(key: str):
+def _disk_get(key: bytes):
     import hashlib
     import marshal
 
-    path = _disk_path(key)
-    if path is None or not path.exists():
+    d = _cache_dir()
+    if d is None:
+        return None
+    # the entry's file as _disk_path names it, opened by its name (one call per reference: pathlib's
+    # joins and a separate existence test cost more than the read)
+    try:
+        with open(os.path.join(d, hashlib.sha256(key).hexdigest() + ".marshal"), "rb") as fh:
+            raw = fh.read()
+    except OSError:         # none (or an unreadable cache): evaluated
         return None
     try:
-        raw = path.read_bytes()
-        if hashlib.sha256(raw[32:]).digest() != raw[:32]:
+        payload = memoryview(raw)[32:]
+        if hashlib.sha256(payload).digest() != raw[:32]:
             return None         # damaged: evaluated again
         with gc_paused():   # up to tens of thousands of mpf values, no reference cycles
-            stored = marshal.loads(raw[32:])
+            stored = marshal.loads(payload)
             if stored.get("key") != key:
                 return None
             result = _unpack(stored["result"])
