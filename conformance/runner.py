@@ -228,9 +228,7 @@ def case_arrays(case: dict) -> dict:
     f = REGISTRY[case["formula"]]
     out = {}
     if "$generate" in raw:
-        from .generator import generate_arrays
-
-        out = generate_arrays(raw["$generate"])
+        out = _generated(raw["$generate"])
     else:
         for name, value in golden.case_inputs(case).items():
             kind = f.input(name).kind
@@ -243,6 +241,7 @@ def case_arrays(case: dict) -> dict:
     if _ARRAYS_HELD[0] + size > _ARRAYS_BUDGET:
         _ARRAYS.clear()
         _BASES.clear()
+        _GENERATED.clear()
         _ARRAYS_HELD[0] = 0
     _ARRAYS[id(case)] = (case, out)
     _ARRAYS_HELD[0] += size
@@ -301,6 +300,21 @@ def _base_plan(formula_id: str, arrays: dict):
     except Exception:  # noqa: BLE001 - an unknown input name: to_tensors reports it
         return None
     return plan
+
+
+# Scale cases share generator recipes (59 cases of the corpus, 35 recipes): each recipe's arrays are
+# made once and shared by its cases (nothing writes to them: every tensor made from them is a copy).
+_GENERATED: dict = {}
+
+
+def _generated(spec: dict) -> dict:
+    from .generator import generate_arrays
+
+    key = json.dumps(spec, sort_keys=True)
+    hit = _GENERATED.get(key)
+    if hit is None:
+        hit = _GENERATED[key] = generate_arrays(spec)
+    return dict(hit)
 
 
 def adapter_params(formula_id: str, params: dict) -> dict:
