@@ -230,13 +230,15 @@ def case_arrays(case: dict) -> dict:
     if "$generate" in raw:
         out = _generated(raw["$generate"])
     else:
-        for name, value in golden.case_inputs(case).items():
+        # straight from the stored values (a real is stored as its decimal string, which numpy reads
+        # as float() does: the same doubles as golden.case_inputs, bit for bit, tests/test_fast_paths.py)
+        for name, value in raw.items():
             kind = f.input(name).kind
             try:
                 out[name] = np.array(value, dtype=np.bool_ if kind == "bool" else np.int64 if kind == "int"
                                      else np.float64)
             except (TypeError, ValueError, OverflowError):
-                out[name] = value
+                out[name] = golden.case_inputs(case)[name]
     size = sum(getattr(a, "size", 0) for a in out.values())
     if _ARRAYS_HELD[0] + size > _ARRAYS_BUDGET:
         _ARRAYS.clear()

@@ -26,6 +26,8 @@ def test_case_arrays_hold_the_case_inputs_for_every_case():
             got = arrays[name]
             assert got.shape == want.shape, (case["id"], name)
             assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), (case["id"], name)
+            if got.dtype.kind == "f":       # bit for bit: -0.0 and NaN payloads included
+                assert got.dtype == np.float64 and got.tobytes() == want.astype(np.float64).tobytes(), (case["id"], name)
         assert runner.case_arrays(case) is arrays   # built once per case
 
 
