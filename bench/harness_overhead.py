@@ -11,7 +11,8 @@ methods (``call``, ``available``, ``device_available``, ``capabilities``) and ``
   script imports them, to the summary line), the time inside adapter calls and backward passes, and
   their ratio (target <= 1.5 on the default run); and the same ratio with the import of torch (what
   the adapter under test runs on, imported as the run loads the adapter) counted as the adapter's
-  work;
+  work; the harness's own time (neither the adapter's work nor that import), wall and CPU, and the
+  ratio a harness costing nothing would give (the import of torch alone);
 - the comparison core's counts: elements compared, decided in float64, exact fall-backs (margin
   within the rounding slack), non-finite elements decided exactly, exact ratio evaluations;
 - with ``--verify``: the wall time of `pgspec golden verify` in a fresh process (target <= 60 s).
@@ -208,6 +209,11 @@ def main() -> int:
     with_import = wall / (adapter_time + t_torch) if adapter_time else float("inf")
     print(f"import torch {t_torch:.2f} s wall ({c_torch:.2f} s CPU); ratio with it counted as the adapter's work: "
           f"{with_import:.2f}  {'ok' if with_import <= TARGET_RATIO else 'over target'}")
+    # the harness's own time: everything that is neither the adapter's work nor the import of torch
+    harness, harness_cpu = wall - adapter_time - t_torch, cpu - inside["cpu"] - c_torch
+    print(f"the harness's own time {harness:.2f} s wall ({harness_cpu:.2f} s CPU), {harness / adapter_time:.2f} of the "
+          f"adapter's; a harness costing nothing would still give a ratio of {(adapter_time + t_torch) / adapter_time:.2f} "
+          f"(the import of torch)")
     # on a shared machine other processes stretch wall times; CPU times show the same ratio unstretched
     cpu_ratio = cpu / inside["cpu"] if inside["cpu"] else float("inf")
     print(f"CPU: process {cpu:.2f} s, inside the adapter {inside['cpu']:.2f} s, ratio {cpu_ratio:.2f}; "
@@ -222,7 +228,8 @@ def main() -> int:
 
         with open(args.figures, "w") as fh:
             json.dump({"wall": wall, "adapter": adapter_time, "ratio": ratio, "import torch": t_torch,
-                       "ratio with the import": with_import, "CPU ratio": cpu_ratio, "exit": rc}, fh)
+                       "ratio with the import": with_import, "CPU ratio": cpu_ratio, "harness": harness,
+                       "harness CPU": harness_cpu, "exit": rc}, fh)
     if args.verify:
         t = time.perf_counter()
         v = subprocess.run([sys.executable, "-m", "pgspec.conformance.cli", "golden", "verify"],
