@@ -31,19 +31,32 @@ def test_case_arrays_hold_the_case_inputs_for_every_case():
         assert runner.case_arrays(case) is arrays   # built once per case
 
 
-def test_tensors_never_share_memory_with_the_cached_arrays():
+@pytest.mark.parametrize("make", ["to_tensors", "case_tensors"])
+def test_tensors_never_share_memory_with_the_cached_arrays(make):
+    import torch
+
     case = next(c for c in golden.load_all() if c["formula"] == "kl.k3" and not c.get("expect_error"))
     arrays = runner.case_arrays(case)
     before = {k: v.copy() for k, v in arrays.items()}
-    tensors = runner.to_tensors(case["formula"], arrays, "float64", "cpu")
-    with __import__("torch").no_grad():
-        for t in tensors.values():
+
+    def tensors():
+        if make == "to_tensors":
+            return runner.to_tensors(case["formula"], arrays, "float64", "cpu")
+        return runner.case_tensors(case, "float64", "cpu")
+
+    first = tensors()
+    with torch.no_grad():
+        for t in first.values():
             if t.dtype.is_floating_point:
                 t.mul_(3)
             else:
                 t.zero_()
     for k, v in arrays.items():
         assert np.array_equal(v, before[k], equal_nan=True)
+    again = tensors()           # a second call: fresh copies of the case's values
+    for k, t in again.items():
+        assert np.array_equal(t.detach().numpy(), before[k], equal_nan=True)
+        assert t.data_ptr() != first[k].data_ptr()
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
@@ -73,27 +86,6 @@ def test_case_tensors_equal_to_tensors_of_the_case_arrays(dtype):
                     assert torch.equal(a, b), (case["id"], name)
         checked += 1
     assert checked > 1000
-
-
-def test_case_tensors_are_fresh_copies():
-    import torch
-
-    case = next(c for c in golden.load_all() if c["formula"] == "kl.k3" and not c.get("expect_error"))
-    arrays = runner.case_arrays(case)
-    before = {k: v.copy() for k, v in arrays.items()}
-    first = runner.case_tensors(case, "float64", "cpu")
-    with torch.no_grad():
-        for t in first.values():
-            if t.dtype.is_floating_point:
-                t.mul_(3)
-            else:
-                t.zero_()
-    for k, v in arrays.items():
-        assert np.array_equal(v, before[k], equal_nan=True)
-    again = runner.case_tensors(case, "float64", "cpu")
-    for k, t in again.items():
-        assert np.array_equal(t.detach().numpy(), before[k], equal_nan=True)
-        assert t.data_ptr() != first[k].data_ptr()
 
 
 def _values(rng):
