@@ -212,6 +212,7 @@ def case_inputs(case: dict) -> dict:
 # bool masks, int64 ids), and each dtype's tensors are made from copies of them.  Cached by the
 # identity of the case dict (kept alive by the cache, so an id is never reused while cached).
 _ARRAYS: dict = {}
+_KIND_DTYPES = {"bool": "bool", "int": "int64"}   # an input's numpy dtype by its kind (reals: float64)
 _ARRAYS_BUDGET = 64 * 2 ** 20     # elements held (about 0.5 GB at float64); beyond it, start afresh
 _ARRAYS_HELD = [0]
 
@@ -235,8 +236,7 @@ def case_arrays(case: dict) -> dict:
         for name, value in raw.items():
             kind = f.input(name).kind
             try:
-                out[name] = np.array(value, dtype=np.bool_ if kind == "bool" else np.int64 if kind == "int"
-                                     else np.float64)
+                out[name] = np.array(value, dtype=_KIND_DTYPES.get(kind, "float64"))
             except (TypeError, ValueError, OverflowError):
                 out[name] = golden.case_inputs(case)[name]
     size = sum(getattr(a, "size", 0) for a in out.values())
@@ -281,9 +281,6 @@ def case_tensors(case: dict, dtype: str, device: str) -> dict:
     return tensors
 
 
-_KIND_DTYPES = {"bool": "bool", "int": "int64"}
-
-
 def _base_plan(formula_id: str, arrays: dict):
     """[(name, CPU tensor over the array, real, differentiable)] for ``case_tensors``, or None when
     an input is not an array of its kind's numpy dtype (then ``to_tensors`` decides)."""
@@ -299,7 +296,7 @@ def _base_plan(formula_id: str, arrays: dict):
             if not isinstance(value, np.ndarray) or value.dtype != np.dtype(want) or not value.flags.writeable:
                 return None
             plan.append((name, torch.from_numpy(value), want == "float64", name in f.differentiable))
-    except Exception:  # noqa: BLE001 - an unknown input name: to_tensors reports it
+    except KeyError:        # an input the formula does not declare: to_tensors reports it
         return None
     return plan
 

@@ -227,14 +227,15 @@ def _reference_digest() -> str:
     return h.hexdigest()
 
 
-def _disk_path(key: str):
+def _disk_path(key: bytes):
+    d = _cache_dir()
+    return None if d is None else d / _disk_name(key)
+
+
+def _disk_name(key: bytes) -> str:
     import hashlib
 
-    d = _cache_dir()
-    if d is None:
-        return None
-    name = hashlib.sha256(key).hexdigest()
-    return d / (name + ".marshal")
+    return hashlib.sha256(key).hexdigest() + ".marshal"
 
 
 # An entry is the sha256 of its payload, then the payload: ``marshal`` data (Python's own format
@@ -271,10 +272,10 @@ def _disk_get(key: bytes):
     d = _cache_dir()
     if d is None:
         return None
-    # the entry's file as _disk_path names it, opened by its name (one call per reference: pathlib's
-    # joins and a separate existence test cost more than the read)
+    # the entry's file opened by its name (one call per reference: pathlib's joins and a separate
+    # existence test cost more than the read)
     try:
-        with open(os.path.join(d, hashlib.sha256(key).hexdigest() + ".marshal"), "rb") as fh:
+        with open(os.path.join(d, _disk_name(key)), "rb") as fh:
             raw = fh.read()
     except OSError:         # none (or an unreadable cache): evaluated
         return None
