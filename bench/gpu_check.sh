@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `pgspec check` on CUDA at production size (issue 12, item 6): Liger's fused linear GRPO loss and its
 # Triton `triton_grpo_loss` (loss.grpo through the vocabulary-of-two construction of
-# adapters/liger/construct.py, at B x T tokens), and TRL's chunked log-prob kernel
-# (`_ChunkedLogProbFunction`, logprob.token through a linear head of exact logits at V = 151936,
-# conformance/check_logprob.py), each in float32 and bfloat16 against the float64 oracle.
+# adapters/liger/construct.py, at B x T tokens), the log-prob step of Liger's fused linear loss
+# (`LigerFusedLinearPPOBase.chunk_forward`, adapters/liger/head.py) and TRL's chunked log-prob kernel
+# (`_ChunkedLogProbFunction`), both logprob.token through a linear head of exact logits at V = 151936
+# (conformance/check_logprob.py), each in float32 and bfloat16 against the float64 oracle.
+# At 256 x 32768 a log-prob step's oracle alone takes about 470 s on an H100 and 320 s on an H200.
 #
 #   bash bench/gpu_check.sh [SIZE]        SIZE: full (default; B = 256, T = 32768) or small (CPU dry run)
 #
@@ -19,7 +21,7 @@ mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
 PY_TRL="${PYTHON_TRL:-$PY}"          # a Python with trl (the same one on the GPU machine)
 if [ "$SIZE" = full ]; then
-    DEV=cuda; BT=256x32768; LPS="${LPS:-8x32768 256x32768}"; V=151936; LIMIT=150; LIMIT_BIG="${LIMIT_BIG:-420}"
+    DEV=cuda; BT=256x32768; LPS="${LPS:-8x32768 256x32768}"; V=151936; LIMIT="${LIMIT:-150}"; LIMIT_BIG="${LIMIT_BIG:-560}"
 else
     DEV=cpu; BT=4x256; LPS="2x64"; V=2000; LIMIT=600; LIMIT_BIG=600
 fi
@@ -58,7 +60,9 @@ done
 unset TRITON_INTERPRET
 # both dtypes in one step: the float64 oracle (most of the time at V = 151936) is evaluated once for both
 for s in $LPS; do
-    step "trl-logprob-$s" "$([ $s = 256x32768 ] && echo $LIMIT_BIG || echo $LIMIT)" --formula logprob.token --vocab "$V" --shape "$s" --adapter trl --dtype bfloat16,float32 --device "$DEV"
+    lim="$([ $s = 256x32768 ] && echo $LIMIT_BIG || echo $LIMIT)"
+    step "trl-logprob-$s" "$lim" --formula logprob.token --vocab "$V" --shape "$s" --adapter trl --dtype bfloat16,float32 --device "$DEV"
+    step "liger-logprob-$s" "$lim" --formula logprob.token --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
 done
 "$PY" - "$OUT" <<'PYEOF' | tee "$OUT/table.md"
 import json, pathlib, sys

@@ -64,6 +64,11 @@ for name in "${adapters[@]}"; do
   if [ "$name" = trl ]; then
     # TRL's fused LM head (its chunked log-prob kernel) against the float64 oracle, at a CPU's size
     "$venv/bin/pgspec" check --adapter trl --formula logprob.token --vocab 2000 --shape 2x64 || status=1
+  elif [ "$name" = liger ]; then
+    # the log-prob step of Liger's fused linear GRPO loss (chunk_forward, adapters/liger/head.py) against the
+    # float64 oracle; V = 9000 spans three of its 4,096-wide vocabulary chunks
+    "$venv/bin/pgspec" check --adapter pgspec.adapters.liger:make_fused_adapter --formula logprob.token \
+      --vocab 9000 --shape 2x64 --dtype bfloat16,float32 || status=1
   fi
 done
 python -m pgspec.conformance.matrix "$json_dir"/*.json --out "$out/matrix.md" || status=1

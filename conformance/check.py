@@ -468,8 +468,11 @@ class _Judge:
 
 def _timed_adapter_call(res, device, work):
     """work()'s result, its wall time (the device synchronized) in res.adapter_seconds; None, with
-    res an "error" outcome, when the adapter raises (its crash is an outcome, not a pgspec error)."""
+    res an "unsupported" outcome when the adapter declines (properties.Unsupported), an "error" outcome when
+    it raises anything else (its crash is an outcome, not a pgspec error)."""
     import torch
+
+    from .properties import Unsupported
 
     try:
         t = time.perf_counter()
@@ -478,6 +481,9 @@ def _timed_adapter_call(res, device, work):
             torch.cuda.synchronize()
         res.adapter_seconds = time.perf_counter() - t
         return got
+    except Unsupported as e:      # the adapter declines these parameters (a head with no logit_scale, say)
+        res.outcome, res.message = "unsupported", f"{res.adapter} does not support this: {e}"
+        return None
     except Exception as e:  # noqa: BLE001 - the adapter's crash is an outcome
         res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
         return None

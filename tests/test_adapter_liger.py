@@ -86,6 +86,26 @@ def test_fused_path_agrees_with_chunked(fid):
     assert torch.allclose(f["grad"]["logprobs"][m].double(), g[m], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("spec", ["liger", "pgspec.adapters.liger:make_fused_adapter"])
+def test_lm_head_logprob_step_passes_the_vocabulary_check(spec):
+    """`pgspec check --formula logprob.token --vocab V` through Liger's own LM-head step
+    (LigerFusedLinearPPOBase.chunk_forward, head.py): V = 9,000 spans three of its 4,096-wide vocabulary
+    chunks (the online log-sum-exp rescales twice), both dtypes pass against the float64 oracle, and a
+    logit scale, which Liger does not have, is declined rather than run."""
+    from pgspec.conformance import check
+
+    a = runner.load_adapter(spec)
+    assert a.heads["logprob.token"].__module__ == "pgspec.adapters.liger.head"
+    results = check.run_checks(a, "logprob.token", 2, 48, dtypes=["bfloat16", "float32"], vocab=9000,
+                               params={"temperature": 0.7})
+    assert [(r.dtype, r.path, r.outcome) for r in results] == [("bfloat16", "head", "pass"), ("float32", "head", "pass")]
+    for r in results:
+        assert [o.output for o in r.outputs] == ["logprobs", "grad.hidden"]
+        assert all(o.compared > 0 and o.failures == 0 for o in r.outputs), r.outputs
+    (r,) = check.run_checks(a, "logprob.token", 2, 48, vocab=9000, params={"logit_scale": 2})
+    assert r.outcome == "unsupported" and "no logit_scale" in r.message
+
+
 def test_luspo_token_level_leaks_padding():
     """Liger's luspo sums the unmasked per-token loss times L_i / (B T): padding enters the loss."""
     from pgspec.adapters.liger import chunked

@@ -215,6 +215,25 @@ def test_logprob_check_passes_the_torch_backend_and_catches_a_perturbed_one():
     assert res.outcome == "fail" and res.message.startswith("logprobs")
 
 
+def test_a_head_that_declines_is_unsupported_and_one_that_crashes_is_an_error():
+    """A head raising properties.Unsupported (parameters the framework has no setting for) gives the
+    outcome "unsupported" with its reason; any other exception is the adapter's crash, "error"."""
+    from pgspec.conformance.properties import Unsupported
+
+    def declines(hidden, weight, targets, mask, params):
+        raise Unsupported("no logit_scale here")
+
+    def crashes(hidden, weight, targets, mask, params):
+        raise RuntimeError("kernel fault")
+
+    for head, outcome, says in ((declines, "unsupported", "no logit_scale here"), (crashes, "error", "RuntimeError: kernel fault")):
+        a = Adapter("headed", "test", "0", implementations={})
+        a.heads = {"logprob.token": head}
+        res = check.run_check(a, "logprob.token", 2, 8, "float32", vocab=10, hidden=4)
+        assert res.outcome == outcome and says in res.message and res.path == "head"
+        assert res.outputs == []
+
+
 def test_logprob_check_usage_errors():
     adapter = runner.load_adapter("torch")
     with pytest.raises(check.CheckError, match="--vocab"):

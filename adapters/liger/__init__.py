@@ -106,24 +106,34 @@ def _param_map(ids):
     return {fid: PARAM_MAP[fid] for fid in ids if fid in PARAM_MAP}
 
 
+def _with_head(adapter):
+    """The adapter with Liger's LM-head log-prob step (``LigerFusedLinearPPOBase.chunk_forward``, head.py) as its
+    fused head for `pgspec check --formula logprob.token --vocab V` (conformance/check_logprob.py HEAD_PROTOCOL):
+    the step both the chunked and the fused paths run on hidden states; it takes tensors on any device."""
+    from .head import HEADS
+
+    adapter.heads = HEADS
+    return adapter
+
+
 def make_adapter() -> Adapter:
     """The chunked path (default)."""
     from . import chunked
 
-    return LigerAdapter(
+    return _with_head(LigerAdapter(
         name="liger", framework=FRAMEWORK, version=_version(), devices=("cpu", "cuda"),
         dtypes=("float64", "float32", "bfloat16"), implementations=dict(chunked.IMPLEMENTATIONS),
-        param_map=_param_map(chunked.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS))
+        param_map=_param_map(chunked.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS)))
 
 
 def make_fused_adapter() -> Adapter:
     """LigerFusedLinearGRPOLoss end to end from constructed hidden states (see fused.py)."""
     from . import fused
 
-    return LigerAdapter(
+    return _with_head(LigerAdapter(
         name="liger-fused", framework=FRAMEWORK, version=_version(), devices=("cpu", "cuda"),
         dtypes=("float64", "float32", "bfloat16"), implementations=dict(fused.IMPLEMENTATIONS),
-        param_map=_param_map(fused.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS))
+        param_map=_param_map(fused.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS)))
 
 
 def load_compiled_deviations():

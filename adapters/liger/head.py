@@ -1,0 +1,40 @@
+"""Liger's LM-head log-prob step for `pgspec check --formula logprob.token --vocab V` (conformance/check_logprob.py).
+
+``LigerFusedLinearGRPOLoss`` (Liger-Kernel 0.8.5, ``chunked_loss/fused_linear_ppo.py``) turns the hidden
+states and the LM head into per-token log-probs with ``LigerFusedLinearPPOBase.chunk_forward(input_chunk,
+weight, selected_token_ids, bias, temperature)``: ``_ChunkedSelectiveLogProbFunction``, an online
+log-sum-exp over vocabulary chunks of 4,096 (sequence chunks of 2,048 rows, float32 whatever the hidden
+dtype) whose backward recomputes each chunk's logits.  The loss math then runs on those log-probs
+(``_compute_loss_from_logps``, checked by the loss rows), and the gradient with respect to the hidden
+states comes back through this function's backward (``torch.autograd.grad`` in ``fused_fwd_bwd``).
+
+This entry point calls ``chunk_forward`` exactly so, on the check's hidden states and head, in their dtype
+and on their device, with every position's target (Liger scores padding too and multiplies by the
+mask), and differentiates the sum of the log-probs times the mask, as Liger's loss multiplies by it.  So
+at V = 151,936 it checks the vocabulary half of the fused linear GRPO loss at the size it runs at; the
+loss half is the vocabulary-of-two construction (construct.py) at the same token count.
+"""
+
+from __future__ import annotations
+
+from .mapping import Unsupported
+
+
+def head_logprob(hidden, weight, targets, mask, params):
+    import torch
+    from liger_kernel.chunked_loss.fused_linear_ppo import LigerFusedLinearPPOBase
+
+    if params.get("logit_scale", 1) != 1:
+        raise Unsupported("Liger-Kernel 0.8.5 has no logit_scale")
+    if params.get("softcap") is not None:
+        raise Unsupported("Liger-Kernel 0.8.5 has no softcap")
+    leaf = hidden.detach().requires_grad_(True)
+    with torch.enable_grad():
+        lp = LigerFusedLinearPPOBase.chunk_forward(leaf, weight.detach(), targets, bias=None,
+                                                   temperature=params.get("temperature", 1))
+        (grad,) = torch.autograd.grad((lp * mask).sum(), [leaf])
+    out = torch.where(mask, lp.detach(), torch.zeros((), dtype=lp.dtype, device=lp.device))
+    return {"logprobs": out, "grad": {"hidden": grad}}
+
+
+HEADS = {"logprob.token": head_logprob}
