@@ -231,6 +231,10 @@ def test_the_adapter_guide_shows_the_output_of_its_executed_example(site):
     assert "pytest --pgspec-adapter my_adapter_v2:adapter 'pgspec::kl.k3/masked-nan-inf[float32]'" in text
     assert "load_adapter('my_adapter_v2:adapter')" in text
     assert re.search(r"kl\.k3\s+│\s+bug \(3\)", text)
+    # the head example of `pgspec check`: both dtypes pass through the head
+    assert "$ pgspec check --adapter my_head:adapter --formula logprob.token --vocab 5000" in text
+    for dtype in ("bfloat16", "float32"):
+        assert f"pgspec check my-head logprob.token {dtype} 2x128 V=5000 H=64 via head seed 0: pass" in text
 
 
 def test_formula_pages_and_name_map_reflect_the_committed_files(site):
