@@ -63,6 +63,8 @@ for s in $LPS; do
     lim="$([ $s = 256x32768 ] && echo $LIMIT_BIG || echo $LIMIT)"
     step "trl-logprob-$s" "$lim" --formula logprob.token --vocab "$V" --shape "$s" --adapter trl --dtype bfloat16,float32 --device "$DEV"
     step "liger-logprob-$s" "$lim" --formula logprob.token --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
+    # LigerFusedLinearGRPOLoss whole at V (conformance/check_head_loss.py): the oracle is the log-prob step's and a loss
+    step "liger-fused-vocab-grpo-$s" "$lim" --formula loss.grpo --param beta=0 --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
 done
 "$PY" - "$OUT" <<'PYEOF' | tee "$OUT/table.md"
 import json, pathlib, sys

@@ -69,6 +69,9 @@ for name in "${adapters[@]}"; do
     # float64 oracle; V = 9000 spans three of its 4,096-wide vocabulary chunks
     "$venv/bin/pgspec" check --adapter pgspec.adapters.liger:make_fused_adapter --formula logprob.token \
       --vocab 9000 --shape 2x64 --dtype bfloat16,float32 || status=1
+    # and LigerFusedLinearGRPOLoss whole, from hidden states and the head (conformance/check_head_loss.py)
+    "$venv/bin/pgspec" check --adapter pgspec.adapters.liger:make_fused_adapter --formula loss.grpo --param beta=0 \
+      --vocab 9000 --shape 2x128 --dtype bfloat16,float32 || status=1
   fi
 done
 python -m pgspec.conformance.matrix "$json_dir"/*.json --out "$out/matrix.md" || status=1

@@ -36,6 +36,7 @@ from .generator import generate_arrays
 U64 = 2.0 ** -53
 ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "loss.grpo", "loss.bnpo", "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
+HEAD_LOSS_FORMULAS = ("loss.grpo",)       # with --vocab: from hidden states and an LM head (check_head_loss.py)
 
 
 class CheckError(Exception):
@@ -181,10 +182,12 @@ def _phantom(k, inexact):
     return ((k >= 2) & inexact).long()
 
 
-def _aggregate_scales(kind, terms, mask, chunk):
+def _aggregate_scales(kind, terms, mask, chunk, split=False):
     """(value, S(value), S(grad) [B, T]) of agg.token_mean / agg.sample_mean over per-token terms,
     following the reference's nodes: row sums (one "sum" node each), then the division(s) and the
-    sum over rows, then the scale pass backwards.
+    sum over rows, then the scale pass backwards.  ``split``: also the A part of S(grad) [B, T] (the
+    sum over paths of |local derivatives|; S(grad) - A is the C part), for a composite that carries
+    the pass on from the differentiated input (check_head_loss.py).
 
     ``terms(rows)`` gives, for a slice of rows, (x, E(x), dx/dinput or None when the terms are the
     differentiable input itself, inexact) with masked positions zero; it is called twice per chunk
@@ -230,16 +233,21 @@ def _aggregate_scales(kind, terms, mask, chunk):
         step_q = C_q + A_q * _rel(q, Eq)
         A_s, C_s = A_q / Ld, step_q / Ld
     g = torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
+    gA = torch.zeros_like(g) if split else None
     for start in range(0, B, chunk):
         sl = slice(start, start + chunk)
         x, Ex, dx, _ = terms(sl)
         A_x, C_x = A_s[sl].unsqueeze(-1), C_s[sl].unsqueeze(-1)
         if dx is None:          # the terms are the differentiable input itself
             gs = (A_x + C_x).expand_as(x)
+            As = A_x.expand_as(x)
         else:
             gs = (A_x + C_x + A_x * _rel(x, Ex)) * dx.abs()
+            As = A_x * dx.abs()
         g[sl] = torch.where(mask[sl], gs, torch.zeros_like(gs))
-    return v, Ev, g
+        if split:
+            gA[sl] = torch.where(mask[sl], As, torch.zeros_like(As))
+    return (v, Ev, g, gA) if split else (v, Ev, g)
 
 
 def oracle_params(formula: str, params: dict) -> dict:
@@ -362,8 +370,10 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
         if vocab is None:
             raise CheckError(f"{formula} needs --vocab V (the vocabulary size of the linear head)")
         return run_logprob_checks(adapter, B, T, vocab, hidden, list(dtypes), device, seed, dict(params or {}))
+    if formula in HEAD_LOSS_FORMULAS and vocab is not None:
+        return run_head_loss_checks(adapter, B, T, vocab, hidden, list(dtypes), device, seed, dict(params or {}), chunk)
     if vocab is not None or hidden is not None:
-        raise CheckError(f"--vocab and --hidden apply to log-prob formulas only ({', '.join(VOCAB_FORMULAS)}), "
+        raise CheckError(f"--vocab and --hidden apply to {', '.join(VOCAB_FORMULAS + HEAD_LOSS_FORMULAS)} only, "
                          f"not to {formula}")
     oracle_params(formula, dict(params or {}))
     if device == "cuda" and not torch.cuda.is_available():
@@ -489,6 +499,22 @@ def _timed_adapter_call(res, device, work):
         return None
 
 
+def _seeded_head(B, T, V, H, device, seed):
+    """(H, check_logprob.seeded_head's arrays) for a check through a linear head (H None: the default
+    width), or CheckError for a bad size or a CUDA device that is not there."""
+    import torch
+
+    from . import check_logprob as lp
+
+    H = lp.DEFAULT_HIDDEN if H is None else H
+    if device == "cuda" and not torch.cuda.is_available():
+        raise CheckError("--device cuda: no CUDA device is available")
+    try:
+        return H, lp.seeded_head(B, T, V, H, seed)
+    except ValueError as e:
+        raise CheckError(str(e)) from None
+
+
 def run_logprob_checks(adapter, B, T, V, H, dtypes, device, seed, params) -> list[CheckResult]:
     """``logprob.token`` at [B, T] positions over a vocabulary of V through a linear head of width H,
     one CheckResult per dtype: the adapter's results in every dtype are kept (on their device), then
@@ -498,13 +524,7 @@ def run_logprob_checks(adapter, B, T, V, H, dtypes, device, seed, params) -> lis
     from . import check_logprob as lp
 
     p = lp.check_params(params)
-    H = lp.DEFAULT_HIDDEN if H is None else H
-    if device == "cuda" and not torch.cuda.is_available():
-        raise CheckError("--device cuda: no CUDA device is available")
-    try:
-        arrays = lp.seeded_head(B, T, V, H, seed)
-    except ValueError as e:
-        raise CheckError(str(e)) from None
+    H, arrays = _seeded_head(B, T, V, H, device, seed)
     head = getattr(adapter, "heads", {}).get(lp.FORMULA)
     y = torch.as_tensor(arrays["targets"], device=device)
     m = torch.as_tensor(arrays["mask"], device=device)
@@ -541,6 +561,75 @@ def run_logprob_checks(adapter, B, T, V, H, dtypes, device, seed, params) -> lis
     for res, _, _, j_lp, j_gx in judged:
         res.oracle_seconds = seconds
         res.outputs = [j_lp.out, j_gx.out]
+        _conclude(res)
+    return results
+
+
+def run_head_loss_checks(adapter, B, T, V, H, dtypes, device, seed, params, chunk=8) -> list[CheckResult]:
+    """``loss.grpo`` from hidden states [B, T, H] and an LM head [V, H] (check_head_loss.py), one
+    CheckResult per dtype: the float64 oracle first (the old log-probs are drawn around its
+    log-probs), then the adapter's head (``adapter.heads["loss.grpo"]``) in each dtype, judged on
+    the loss and on every element of the gradient with respect to the hidden states."""
+    import torch
+
+    from . import check_head_loss as hl
+
+    p = oracle_params(hl.FORMULA, params)
+    H, arrays = _seeded_head(B, T, V, H, device, seed)
+    head = getattr(adapter, "heads", {}).get(hl.FORMULA)
+    results = []
+    for dtype in dtypes:
+        res = CheckResult(adapter.name, hl.FORMULA, dtype, device, [B, T], seed, "pass", vocab=V, hidden=H, path="head")
+        results.append(res)
+        if head is None or dtype not in adapter.dtypes:
+            res.outcome = "unsupported"
+            res.message = (f"{adapter.name} has no fused head for {hl.FORMULA} (adapter.heads[{hl.FORMULA!r}], "
+                           f"conformance/check_head_loss.py HEAD_PROTOCOL)" if head is None else
+                           f"{adapter.name} does not run in {dtype}")
+    if not any(r.outcome == "pass" for r in results):
+        return results
+    adv = seeded_inputs(hl.FORMULA, B, T, seed)["advantages"]
+    t = time.perf_counter()
+    ref = hl.oracle(arrays, adv, p, device, seed, chunk=chunk)
+    seconds = time.perf_counter() - t
+    y = torch.as_tensor(arrays["targets"], device=device)
+    m = torch.as_tensor(arrays["mask"], device=device)
+    N = B * T
+    family = REGISTRY[hl.FORMULA].family
+    for res in results:
+        if res.outcome != "pass":
+            continue
+        res.oracle_seconds = seconds
+        tdtype = getattr(torch, compare.TORCH_DTYPES[res.dtype])
+        X = torch.as_tensor(arrays["hidden"], device=device).to(tdtype)
+        W = torch.as_tensor(arrays["weight"], device=device).to(tdtype)
+        side = getattr(torch, compare.TORCH_DTYPES[hl.side_dtype(res.dtype)])
+        old, adv_t = ref["old_logprobs"].to(side), ref["advantages"].to(side)        # exact (float32 values)
+
+        def work():
+            out = head(X, W, y, m, old, adv_t, dict(p))
+            return out["loss"], out["grad"]["hidden"]
+
+        got = _timed_adapter_call(res, device, work)
+        if got is None:
+            continue
+        loss, gx = got
+        if loss.numel() != 1 or tuple(gx.shape) != (B, T, H):
+            res.outcome = "error"
+            res.message = f"shapes: loss {tuple(loss.shape)} (expected a scalar), grad.hidden {tuple(gx.shape)} " \
+                          f"(expected {(B, T, H)})"
+            continue
+        j_loss, j_gx = _Judge("loss", family, res.dtype, (B, T)), _Judge("grad.hidden", family, res.dtype, (B, T))
+        one = torch.ones(1, dtype=torch.bool, device=device)
+        j_loss.add(0, loss.detach().reshape(1), ref["loss"].reshape(1), ref["E(loss)"].reshape(1), one)
+        gx = gx.detach().reshape(N, H)
+        rows = max(1, (1 << 24) // H)            # the judge's float64 temporaries: a slice of rows at a time
+        for start in range(0, N, rows):
+            sl = slice(start, min(N, start + rows))
+            # the gradient is compared at every position: 0 (exactly) where the mask is false
+            j_gx.add(start, gx[sl], ref["grad.hidden"][sl], ref["S(grad.hidden)"][sl],
+                     torch.ones(sl.stop - sl.start, dtype=torch.bool, device=device))
+        res.outputs = [j_loss.out, j_gx.out]
         _conclude(res)
     return results
 

@@ -164,10 +164,13 @@ def head_forward_error(xc, wabs):
     return (_depth(H) + 1) * (xc.abs() @ wabs.T)
 
 
-def oracle_chunks(arrays: dict, params: dict, device: str = "cpu", chunk_tokens: int | None = None):
+def oracle_chunks(arrays: dict, params: dict, device: str = "cpu", chunk_tokens: int | None = None,
+                  paths: bool = False):
     """Yield, for each chunk of positions (flattened over B, T), (index slice, log-probs [n],
     E(l) [n], grad wrt hidden [n, H], its scale [n, H]) of the float64 oracle; masked positions give
-    0 with scale 0."""
+    0 with scale 0.  ``paths``: each tuple also ends with P [n, H], the A part of the scale pass at X
+    (the sum over paths of |local derivatives|, A_z |W|): what a composite that seeds the pass at l
+    with (A_l, C_l) instead of (1, 0) needs (check_head_loss.py)."""
     import torch
 
     from . import compare, runner
@@ -195,6 +198,7 @@ def oracle_chunks(arrays: dict, params: dict, device: str = "cpu", chunk_tokens:
         El = torch.zeros_like(lp)
         gX = torch.zeros((sl.stop - sl.start, X.shape[1]), dtype=torch.float64, device=device)
         SX = torch.zeros_like(gX)
+        PX = torch.zeros_like(gX) if paths else None
         if n:
             xc = X[sl][keep]
             yc = y[sl][keep]
@@ -211,9 +215,12 @@ def oracle_chunks(arrays: dict, params: dict, device: str = "cpu", chunk_tokens:
                 El[keep] = El_c
                 gX[keep] = G @ W
                 rel_h = torch.where(xc != 0, 2.0, 1.0)
-                SX[keep] = (A_z @ Wabs) * (1 + rel_h) + C_z @ Wabs
-                del z, Ez, A_z, C_z, G, logits
-        yield sl, lp, El, gX, SX
+                P = A_z @ Wabs
+                SX[keep] = P * (1 + rel_h) + C_z @ Wabs
+                if paths:
+                    PX[keep] = P
+                del z, Ez, A_z, C_z, G, logits, P
+        yield (sl, lp, El, gX, SX, PX) if paths else (sl, lp, El, gX, SX)
 
 
 def check_params(params: dict) -> dict:

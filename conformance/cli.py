@@ -429,7 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="formula or recipe ID (see `pgspec check --list`); required, no default")
     c.add_argument("--adapter", default="torch", help="built-in adapter name or module:object")
     c.add_argument("--shape", default="64x32768", help="BxT")
-    c.add_argument("--vocab", type=int, default=None, help="vocabulary size V for log-prob formulas (logprob.token)")
+    c.add_argument("--vocab", type=int, default=None,
+                   help="vocabulary size V of the linear head: logprob.token (required), loss.grpo (from hidden "
+                        "states and the head, through the adapter's fused head)")
     c.add_argument("--hidden", type=int, default=None,
                    help="width H of the linear head whose exact logits log-prob checks use (default 64)")
     c.add_argument("--dtype", default="float32",

@@ -106,6 +106,23 @@ def test_lm_head_logprob_step_passes_the_vocabulary_check(spec):
     assert r.outcome == "unsupported" and "no logit_scale" in r.message
 
 
+def test_fused_linear_grpo_loss_passes_the_vocabulary_check():
+    """`pgspec check --formula loss.grpo --vocab V` through LigerFusedLinearGRPOLoss whole (head.py, the fused
+    adapter only): hidden states and LM head in, at V = 9,000 (three vocabulary chunks), bfloat16 and float32
+    pass against the composite float64 oracle; the chunked adapter (log-probs in) has no such head."""
+    from pgspec.conformance import check
+
+    a = runner.load_adapter("pgspec.adapters.liger:make_fused_adapter")
+    results = check.run_checks(a, "loss.grpo", 3, 96, dtypes=["bfloat16", "float32"], vocab=9000,
+                               params={"beta": 0.0, "eps_high": 0.28})
+    assert [(r.dtype, r.path, r.outcome) for r in results] == [("bfloat16", "head", "pass"), ("float32", "head", "pass")]
+    for r in results:
+        assert [(o.output, o.failures) for o in r.outputs] == [("loss", 0), ("grad.hidden", 0)]
+        assert r.outputs[1].compared == 3 * 96 * 64 and r.outputs[1].worst_ratio > 0
+    (r,) = check.run_checks(runner.load_adapter("liger"), "loss.grpo", 2, 8, vocab=50, params={"beta": 0.0})
+    assert r.outcome == "unsupported"
+
+
 def test_luspo_token_level_leaks_padding():
     """Liger's luspo sums the unmasked per-token loss times L_i / (B T): padding enters the loss."""
     from pgspec.adapters.liger import chunked

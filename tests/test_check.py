@@ -240,7 +240,7 @@ def test_logprob_check_usage_errors():
         check.run_check(adapter, "logprob.token", 2, 8)
     with pytest.raises(check.CheckError, match="softcap"):
         check.run_check(adapter, "logprob.token", 2, 8, vocab=10, params={"softcap": 30.0})
-    with pytest.raises(check.CheckError, match="log-prob formulas only"):
+    with pytest.raises(check.CheckError, match="apply to logprob.token, loss.grpo only"):
         check.run_check(adapter, "loss.bnpo", 2, 8, vocab=10)
     with pytest.raises(check.CheckError, match=">= 2"):
         check.run_check(adapter, "logprob.token", 2, 8, vocab=1)

@@ -106,13 +106,15 @@ def _param_map(ids):
     return {fid: PARAM_MAP[fid] for fid in ids if fid in PARAM_MAP}
 
 
-def _with_head(adapter):
+def _with_head(adapter, fused=False):
     """The adapter with Liger's LM-head log-prob step (``LigerFusedLinearPPOBase.chunk_forward``, head.py) as its
     fused head for `pgspec check --formula logprob.token --vocab V` (conformance/check_logprob.py HEAD_PROTOCOL):
-    the step both the chunked and the fused paths run on hidden states; it takes tensors on any device."""
-    from .head import HEADS
+    the step both the chunked and the fused paths run on hidden states; ``fused``: also the whole
+    ``LigerFusedLinearGRPOLoss`` for `pgspec check --formula loss.grpo --vocab V` (check_head_loss.py). They take
+    tensors on any device."""
+    from .head import FUSED_HEADS, HEADS
 
-    adapter.heads = HEADS
+    adapter.heads = FUSED_HEADS if fused else HEADS
     return adapter
 
 
@@ -133,7 +135,7 @@ def make_fused_adapter() -> Adapter:
     return _with_head(LigerAdapter(
         name="liger-fused", framework=FRAMEWORK, version=_version(), devices=("cpu", "cuda"),
         dtypes=("float64", "float32", "bfloat16"), implementations=dict(fused.IMPLEMENTATIONS),
-        param_map=_param_map(fused.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS)))
+        param_map=_param_map(fused.IMPLEMENTATIONS), deviations=load_deviations(DEVIATIONS)), fused=True)
 
 
 def load_compiled_deviations():

@@ -37,4 +37,23 @@ def head_logprob(hidden, weight, targets, mask, params):
     return {"logprobs": out, "grad": {"hidden": grad}}
 
 
+def head_loss_grpo(hidden, weight, targets, mask, old_logprobs, advantages, params):
+    """``LigerFusedLinearGRPOLoss`` whole (``compiled=False``, one sequence per chunk, as the fused adapter
+    runs it): hidden states and LM head in, its loss and the gradient w.r.t. the hidden states out
+    (`pgspec check --formula loss.grpo --vocab V`, conformance/check_head_loss.py)."""
+    import torch
+    from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
+
+    from .chunked import prepare
+
+    cfg, kw = prepare("loss.grpo", {"mask": mask, "old_logprobs": old_logprobs, "advantages": advantages}, params)
+    leaf = hidden.detach().requires_grad_(True)
+    module = LigerFusedLinearGRPOLoss(compiled=False, use_ref_model=False, chunk_size=1, temperature=1.0, **cfg)
+    with torch.enable_grad():
+        loss, _ = module(leaf, weight.detach(), targets, kw["mask"], kw["advantages"], old_per_token_logps=kw["old"])
+        (grad,) = torch.autograd.grad(loss, [leaf])
+    return {"loss": loss.detach(), "grad": {"hidden": grad}}
+
+
 HEADS = {"logprob.token": head_logprob}
+FUSED_HEADS = {"logprob.token": head_logprob, "loss.grpo": head_loss_grpo}

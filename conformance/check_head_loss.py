@@ -1,0 +1,134 @@
+"""`pgspec check --formula loss.grpo --vocab V`: the GRPO loss from hidden states and an LM head.
+
+A fused linear loss (Liger's ``LigerFusedLinearGRPOLoss``) takes the hidden states X [B, T, H] and
+the LM head W [V, H], computes the token log-probs l = log softmax(X W^T)_y chunk by chunk, and the
+loss on them, and returns the gradient with respect to X: the log-prob step and the loss arithmetic
+in one call.  The check feeds the linear head of exact logits of check_logprob.py and the loss's
+other inputs:
+
+- advantages per sequence as ``check.seeded_inputs`` draws them for ``loss.grpo`` (the same seed);
+- old log-probs around the policy's: old = fp32(l - rho) at unmasked positions (0 elsewhere), l the
+  oracle's float64 log-probs and rho, the log-ratio, drawn (numpy PCG64 seeded with ``seed``) from
+  three bands of width 0.1 with equal chance: 0.25 to 0.35 below log(1 - eps_low), around the middle
+  of the clip range (narrowed to keep 0.15 from either end, or its midpoint), 0.25 to 0.35 above
+  log(1 + eps_high).  So a third of the tokens is clipped on either side and a third is not, and
+  no ratio lies near a kink of the clip: a kernel's error in l (a few hundredths in bfloat16, whose
+  logits are rounded) cannot flip a branch, which no tolerance could judge.  Old log-probs and
+  advantages reach the adapter in float32 in a bfloat16 or float16 run (as training frameworks keep
+  them), in the run's dtype otherwise: exact in every case.
+
+The oracle is the composite l -> loss.grpo (beta = 0, recipe options off) in float64: the log-probs,
+E(l), the gradient of l with respect to X and its scales come from ``check_logprob.oracle_chunks``;
+the loss and dloss/dl from the built-in torch backend on l; the loss's scales follow the
+reference's nodes as ``check.oracle_scales`` does for ``loss.grpo`` (``check._ppo_terms`` and
+``check._aggregate_scales``), with two changes that make l an inner node of one graph instead of an
+exact input:
+
+- forward: each token's ppo_clip_term node adds |dx/dl| E(l) to its error (E(n) = rounding(n) +
+  sum over operands |dn/dp| E(p), reference ``_ad``), so E(l) reaches E(loss) and the relative
+  errors of the scale pass;
+- backward: the scale pass reaches l with (A_l, C_l), the sum over paths of |local derivatives|
+  and the accumulated error of evaluating them.  From there on the pass is linear in that pair, and
+  a C-only seed travels as the path sum (the edges below l are +-1 or the products' constant
+  factors W, whose step is c + a rel = c when a = 0), so S(dloss/dX_t) = A_l S1(X_t) + C_l P(X_t),
+  with S1 the scale of the log-prob's own gradient (seed (1, 0)) and P its path sum.
+
+Memory: the log-prob step's [n, V] temporaries are chunked over the positions (check_logprob.py); the
+composite keeps, for the loss's pass over the whole batch, three float64 [B T, H] arrays (the gradient of
+l with respect to X, its scale and its path sum): 24 B T H bytes, three times the hidden states in float64.
+
+``tests/test_check_head_loss.py`` checks the values and every scale against ``reference._ad`` run on
+the same composite (log_softmax_at of the head's logits into the reference's ``loss.grpo``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FORMULA = "loss.grpo"
+BAND = 0.1             # width of each band of log-ratios
+GAP = 0.25             # distance of the outer bands from the clip's log-bounds
+INSIDE = 0.15          # the least distance of the inner band from them
+
+HEAD_PROTOCOL = """adapter.heads["loss.grpo"](hidden [B,T,H], weight [V,H], targets [B,T] int64, mask [B,T] bool,
+old_logprobs [B,T], advantages [B], params) -> {"loss": scalar, "grad": {"hidden": [B,T,H]}}: loss.grpo on the
+log-probs log softmax(hidden weight^T)_targets (temperature 1), the gradient that of the loss; hidden and weight in
+the run's dtype, old_logprobs and advantages in float32 in a bfloat16 or float16 run, else in the run's dtype; params
+are loss.grpo's (beta = 0, recipe options off)."""
+
+
+def side_dtype(dtype: str) -> str:
+    """The dtype of the old log-probs and advantages in a run of ``dtype``."""
+    return "float32" if dtype in ("bfloat16", "float16") else dtype
+
+
+def old_logprobs(lp: np.ndarray, mask: np.ndarray, seed: int, eps_low: float, eps_high: float) -> np.ndarray:
+    """fp32(l - rho) where the mask holds, 0 elsewhere (float64 array, exact in float32): rho from the
+    three bands of the module docstring around the clip's log-bounds log(1 - eps_low), log(1 + eps_high)."""
+    lo, hi = np.log1p(-eps_low), np.log1p(eps_high)
+    mid = (lo + hi) / 2
+    half = max(0.0, min(BAND / 2, (hi - lo) / 2 - INSIDE))
+    rng = np.random.Generator(np.random.PCG64(seed))
+    band = rng.integers(0, 3, size=lp.shape)
+    u = rng.uniform(0.0, 1.0, size=lp.shape)
+    rho = np.choose(band, [lo - GAP - BAND * u, mid - half + 2 * half * u, hi + GAP + BAND * u])
+    old = np.where(mask, lp - rho, 0.0).astype(np.float32).astype(np.float64)
+    return np.where(mask, old, 0.0)
+
+
+def loss_oracle(lp, El, old, adv, mask, params: dict, chunk: int = 8):
+    """(loss, dloss/dl [B, T], E(loss), A_l [B, T], C_l [B, T]) of loss.grpo on float64 log-probs
+    ``lp`` [B, T] with forward errors ``El`` [B, T] (tensors on one device)."""
+    import torch
+
+    from . import check, compare, runner
+
+    torch_adapter = runner.load_adapter("torch")
+    l = lp.detach().clone().requires_grad_(True)
+    tensors = {"logprobs": l, "old_logprobs": old, "advantages": adv, "mask": mask}
+    out, grads = compare.call(torch_adapter, FORMULA, tensors, params)
+    eps_low, eps_high, clamp = float(params["eps_low"]), float(params["eps_high"]), params.get("log_ratio_clamp")
+    with torch.no_grad():
+        lv = lp.detach()
+
+        def terms(sl):
+            x, Ex, dx = check._ppo_terms(lv[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
+            return x, Ex + dx.abs() * El[sl], dx, x != 0       # E(l) enters through dx/dl
+
+        _, Ev, S_l, A_l = check._aggregate_scales("agg.sample_mean", terms, mask, chunk, split=True)
+    return out["loss"].detach(), grads["logprobs"].detach(), Ev, A_l, S_l - A_l
+
+
+def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, old=None,
+           chunk_tokens: int | None = None, chunk: int = 8):
+    """The composite's float64 oracle on the head ``arrays`` (check_logprob.seeded_head) with
+    advantages ``adv`` [B] and old log-probs ``old`` [B, T] (numpy; None: drawn from the oracle's
+    log-probs and ``seed`` by ``old_logprobs``), ``params`` loss.grpo's (check.oracle_params); positions
+    ``chunk_tokens`` at a time for the log-prob step, sequences ``chunk`` at a time for the loss's scales:
+    {"loss", "E(loss)", "grad.hidden" [N, H], "S(grad.hidden)" [N, H], "old_logprobs" [B, T],
+    "advantages" [B]} (float64 tensors on ``device``; N = B T)."""
+    import torch
+
+    from . import check_logprob as lp
+
+    B, T, H = arrays["hidden"].shape
+    N = B * T
+    lp_all = torch.zeros(N, dtype=torch.float64, device=device)
+    El = torch.zeros_like(lp_all)
+    g1 = torch.zeros((N, H), dtype=torch.float64, device=device)
+    S1, P1 = torch.zeros_like(g1), torch.zeros_like(g1)
+    head_params = {"temperature": 1, "logit_scale": 1, "softcap": None}
+    for sl, l_c, E_c, g_c, S_c, P_c in lp.oracle_chunks(arrays, head_params, device, chunk_tokens, paths=True):
+        lp_all[sl], El[sl], g1[sl], S1[sl], P1[sl] = l_c, E_c, g_c, S_c, P_c
+    mask = torch.as_tensor(arrays["mask"], device=device)
+    if old is None:
+        old = old_logprobs(lp_all.reshape(B, T).cpu().numpy(), arrays["mask"], seed, float(params["eps_low"]),
+                           float(params["eps_high"]))
+    old_t = torch.as_tensor(old, dtype=torch.float64, device=device)
+    adv_t = torch.as_tensor(adv, dtype=torch.float64, device=device)
+    loss, g, Ev, A_l, C_l = loss_oracle(lp_all.reshape(B, T), El.reshape(B, T), old_t, adv_t, mask, params, chunk)
+    with torch.no_grad():
+        gX = g1.mul_(g.reshape(N, 1))                                   # dloss/dl_t dl_t/dX_t
+        SX = S1.mul_(A_l.reshape(N, 1)).add_(P1.mul_(C_l.reshape(N, 1)))
+    return {"loss": loss, "E(loss)": Ev, "grad.hidden": gX, "S(grad.hidden)": SX, "old_logprobs": old_t,
+            "advantages": adv_t}

@@ -1,0 +1,130 @@
+"""`pgspec check --formula loss.grpo --vocab V` (conformance/check_head_loss.py): the composite oracle
+against reference._ad on the same composite, and the check on heads built from the torch backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pgspec.adapters.base import Adapter
+from pgspec.conformance import check, check_head_loss, check_logprob, runner
+from pgspec.reference import REGISTRY
+
+
+def _reference(arrays, old, adv, params):
+    """(loss, E(loss), dloss/dX [N, H], S(dloss/dX) [N, H]) of l = log_softmax_at(total_h(X_h W_vh)) into
+    the reference's loss.grpo, by reference._ad (old log-probs and advantages tracked as exact inputs,
+    as the generator tracks every real input)."""
+    from mpmath import mp, mpf
+
+    from pgspec.reference import _ad
+    from pgspec.reference._evaluate import DEFAULT_DPS, check_params
+    from pgspec.reference.logprob import log_softmax_at
+
+    f = REGISTRY["loss.grpo"]
+    X, W, y, m = arrays["hidden"], arrays["weight"], arrays["targets"], arrays["mask"]
+    B, T, H = X.shape
+    with mp.workdps(DEFAULT_DPS):
+        xs = [[[_ad.Var(mpf(float(v))) for v in X[b, t]] if m[b, t] else None for t in range(T)] for b in range(B)]
+        ls = [[log_softmax_at([_ad.total(xs[b][t][h] * mpf(float(W[v, h])) for h in range(H)) for v in range(W.shape[0])],
+                              int(y[b, t]), mpf(1), mpf(1)) if m[b, t] else None for t in range(T)] for b in range(B)]
+        olds = [[_ad.Var(mpf(float(old[b, t]))) if m[b, t] else None for t in range(T)] for b in range(B)]
+        advs = [_ad.Var(mpf(float(a))) for a in adv]
+        raw = f.func(logprobs=ls, old_logprobs=olds, mask=m.tolist(), advantages=advs, sampler_logprobs=None,
+                     ref_logprobs=None, group_ids=None, entropy=None, **check_params(f, params))
+        leaves = [x for b in range(B) for t in range(T) if m[b, t] for x in xs[b][t]]
+        E, S = _ad.error_scales(raw["loss"], leaves)
+        d = _ad.backward(raw["loss"])
+        grad = np.zeros((B * T, H))
+        scale = np.zeros((B * T, H))
+        for b in range(B):
+            for t in range(T):
+                if m[b, t]:
+                    for h in range(H):
+                        grad[b * T + t, h] = float(d.get(id(xs[b][t][h]), 0))
+                        scale[b * T + t, h] = float(S[id(xs[b][t][h])])
+        return float(raw["loss"].value), float(E), grad, scale
+
+
+@pytest.mark.parametrize("eps_low,eps_high", [(0.2, 0.2), (0.1, 0.28)])
+def test_composite_scales_equal_reference_ad(eps_low, eps_high):
+    """Values and every scale of the composite oracle equal reference._ad's on a batch with masked
+    positions, clipped and unclipped tokens of both advantage signs, and a target at the argmax."""
+    arrays = check_logprob.seeded_head(3, 4, 11, 5, seed=6)
+    arrays["targets"][0, 0] = int(np.argmax(arrays["hidden"][0, 0] @ arrays["weight"].T))
+    adv = np.array([0.75, -0.5, 1.25])
+    params = check.oracle_params("loss.grpo", {"beta": 0.0, "eps_low": eps_low, "eps_high": eps_high})
+    o = check_head_loss.oracle(arrays, adv, params, seed=3)
+    old = o["old_logprobs"].numpy()
+    lp = next(iter(check_logprob.oracle_chunks(arrays, {"temperature": 1, "logit_scale": 1, "softcap": None})))[1]
+    ratio = np.exp(lp.numpy().reshape(3, 4) - old)[arrays["mask"]]
+    assert (ratio < 1 - eps_low).any() and (ratio > 1 + eps_high).any() and ((ratio > 1 - eps_low) & (ratio < 1 + eps_high)).any()
+    assert not arrays["mask"].all()
+    loss, E, grad, scale = _reference(arrays, old, adv, {"beta": 0.0, "eps_low": eps_low, "eps_high": eps_high})
+    assert float(o["loss"]) == pytest.approx(loss, rel=1e-13)
+    assert float(o["E(loss)"]) == pytest.approx(E, rel=1e-9)
+    assert o["grad.hidden"].numpy() == pytest.approx(grad, rel=1e-12, abs=1e-300)
+    assert o["S(grad.hidden)"].numpy() == pytest.approx(scale, rel=1e-9, abs=1e-300)
+
+
+def _torch_head(scale=1.0):
+    """A head made of the torch backend's own formulas in the run's dtype: logits X W^T, logprob.token, loss.grpo
+    (``scale`` multiplies the loss, to make a wrong one)."""
+    torch_adapter = runner.load_adapter("torch")
+
+    def head(hidden, weight, targets, mask, old_logprobs, advantages, params):
+        x = hidden.detach().requires_grad_(True)
+        with torch.enable_grad():
+            l = torch_adapter.call("logprob.token", {"logits": x @ weight.T, "targets": targets, "mask": mask}, {})["logprobs"]
+            loss = torch_adapter.call("loss.grpo", {"logprobs": l, "old_logprobs": old_logprobs, "advantages": advantages,
+                                                    "mask": mask}, params)["loss"] * scale
+            (g,) = torch.autograd.grad(loss, [x])
+        return {"loss": loss.detach(), "grad": {"hidden": g}}
+
+    a = Adapter(f"torch-head-{scale}", "test", "0", implementations={})
+    a.heads = {"loss.grpo": head}
+    return a
+
+
+def test_check_passes_a_correct_head_and_catches_a_wrong_one():
+    results = check.run_checks(_torch_head(), "loss.grpo", 3, 40, dtypes=["bfloat16", "float32"], vocab=700, hidden=16,
+                               params={"beta": 0.0})
+    assert [(r.dtype, r.outcome, r.path) for r in results] == [("bfloat16", "pass", "head"), ("float32", "pass", "head")]
+    for r in results:
+        assert [(o.output, o.compared) for o in r.outputs] == [("loss", 1), ("grad.hidden", 3 * 40 * 16)]
+        assert 0 < r.outputs[0].worst_ratio < 1 and 0 < r.outputs[1].worst_ratio < 1
+    (r,) = check.run_checks(_torch_head(1 + 1e-3), "loss.grpo", 3, 40, dtypes=["float32"], vocab=700, hidden=16,
+                            params={"beta": 0.0})
+    assert r.outcome == "fail" and r.message.startswith("loss") and r.outputs[1].failures > 0
+
+
+def test_usage_and_unsupported():
+    torch_adapter = runner.load_adapter("torch")
+    (r,) = check.run_checks(torch_adapter, "loss.grpo", 2, 8, vocab=50, params={"beta": 0.0})
+    assert r.outcome == "unsupported" and "no fused head for loss.grpo" in r.message
+    with pytest.raises(check.CheckError, match="beta"):
+        check.run_checks(_torch_head(), "loss.grpo", 2, 8, vocab=50, params={"beta": 0.04})
+    with pytest.raises(check.CheckError, match="apply to"):
+        check.run_checks(torch_adapter, "loss.bnpo", 2, 8, vocab=50)
+
+
+@pytest.mark.parametrize("eps_low,eps_high", [(0.2, 0.2), (0.2, 0.28), (0.1, 0.1)])
+def test_old_logprobs_keep_every_ratio_away_from_the_clip(eps_low, eps_high):
+    """A third of the tokens on each side of the clip range and a third inside it, every log-ratio at
+    least 0.15 from a log-bound (or at the range's midpoint when it is narrower than 0.3), exact in float32."""
+    rng = np.random.default_rng(0)
+    lp = -rng.uniform(0, 20, size=(8, 500))
+    mask = np.ones_like(lp, dtype=bool)
+    mask[:, 450:] = False
+    old = check_head_loss.old_logprobs(lp, mask, 5, eps_low, eps_high)
+    assert (old == old.astype(np.float32)).all() and (old[~mask] == 0).all()
+    rho = (lp - old)[mask]
+    lo, hi = np.log1p(-eps_low), np.log1p(eps_high)
+    below, above = rho < lo, rho > hi
+    inside = ~below & ~above
+    for part in (below, above, inside):
+        assert 0.3 < part.mean() < 0.37
+    assert (rho[below] <= lo - 0.25 + 1e-5).all() and (rho[above] >= hi + 0.25 - 1e-5).all()
+    d = np.minimum(rho[inside] - lo, hi - rho[inside])
+    assert (d >= min(0.15, (hi - lo) / 2) - 1e-5).all()
