@@ -4,7 +4,9 @@
 # adapters/liger/construct.py, at B x T tokens), the log-prob step of Liger's fused linear loss
 # (`LigerFusedLinearPPOBase.chunk_forward`, adapters/liger/head.py) and TRL's chunked log-prob kernel
 # (`_ChunkedLogProbFunction`), both logprob.token through a linear head of exact logits at V = 151936
-# (conformance/check_logprob.py), each in float32 and bfloat16 against the float64 oracle.
+# (conformance/check_logprob.py), and the whole losses from hidden states and the head at V
+# (`loss.grpo --vocab`, conformance/check_head_loss.py: LigerFusedLinearGRPOLoss, and triton_grpo_loss on
+# the head's logits), each in float32 and bfloat16 against the float64 oracle.
 # At 256 x 32768 a log-prob step's oracle alone takes about 470 s on an H100 and 320 s on an H200.
 #
 #   bash bench/gpu_check.sh [SIZE]        SIZE: full (default; B = 256, T = 32768) or small (CPU dry run)
@@ -56,6 +58,12 @@ done
 [ "$DEV" = cpu ] && export TRITON_INTERPRET=1      # the dry run: Triton's CPU interpreter
 for d in float32 bfloat16; do
     step "liger-triton-grpo-$d" "$LIMIT" $G --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
+done
+# the kernel's vocabulary loop: triton_grpo_loss on the logits of the linear head at V (they must fit: TRITON_VS
+# tokens, 4 x 8192 by default, 10 GB of bfloat16 logits at V = 151936)
+TRITON_VS="${TRITON_VS:-$([ "$SIZE" = full ] && echo 4x8192 || echo 2x32)}"
+for d in float32 bfloat16; do
+    step "liger-triton-vocab-grpo-$d" "$LIMIT" --formula loss.grpo --param beta=0 --vocab "$V" --shape "$TRITON_VS" --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
 done
 unset TRITON_INTERPRET
 # both dtypes in one step: the float64 oracle (most of the time at V = 151936) is evaluated once for both

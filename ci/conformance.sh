@@ -55,6 +55,9 @@ for name in "${adapters[@]}"; do
     start=$(date +%s)
     TRITON_INTERPRET=1 "$venv/bin/pgspec" run --adapter pgspec.adapters.liger:make_triton_adapter --dtype float32 \
       --formulas "$LIGER_TRITON_CASES" --no-properties "${reports[@]}" || status=1
+    # the kernel's loop over the vocabulary (blocks of 4,096) on the logits of a linear head, V = 9000
+    TRITON_INTERPRET=1 "$venv/bin/pgspec" check --adapter pgspec.adapters.liger:make_triton_adapter --formula loss.grpo \
+      --param beta=0 --vocab 9000 --shape 2x32 --dtype bfloat16,float32 || status=1
     echo "liger-triton (TRITON_INTERPRET=1) ran in $(( $(date +%s) - start )) s"
   elif [[ "$isolated" == *" $name "* ]]; then
     pgspec run --adapter "$name" --python "$venv/bin/python" "${reports[@]}" || status=1

@@ -229,6 +229,28 @@ def test_triton_adapter_declarations_under_interpreter():
     assert r["loss.grpo/log-ratio-20"][0] == "not-applicable"   # a log-prob of 0: no gradient through logits
 
 
+TRITON_VOCAB = r"""
+import json
+from pgspec.conformance import check, runner
+a = runner.load_adapter("pgspec.adapters.liger:make_triton_adapter")
+res = check.run_checks(a, "loss.grpo", 2, 32, dtypes=["bfloat16", "float32"], vocab=9000, params={"beta": 0.0})
+print(json.dumps([[r.dtype, r.path, r.outcome, [[o.output, o.compared, o.failures, o.worst_ratio] for o in r.outputs]]
+                  for r in res]))
+"""
+
+
+@needs_triton
+def test_triton_kernel_passes_the_vocabulary_check_under_interpreter():
+    """`pgspec check --formula loss.grpo --vocab 9000` through triton_grpo_loss on the logits of the linear head
+    (triton_path.head_loss_grpo): the kernel's loop over the vocabulary in blocks of 4,096 (three blocks here),
+    forward and backward, in bfloat16 and float32 logits, against the composite float64 oracle."""
+    r = _child(TRITON_VOCAB, TRITON_INTERPRET="1")
+    assert [row[:3] for row in r] == [["bfloat16", "head", "pass"], ["float32", "head", "pass"]]
+    for row in r:
+        (lo, ln, lf, lw), (go, gn, gf, gw) = row[3]
+        assert (lo, ln, lf, go, gn, gf) == ("loss", 1, 0, "grad.hidden", 2 * 32 * 64, 0) and gw > 0
+
+
 def test_triton_adapter_refuses_cpu_without_interpreter():
     from pgspec.adapters.liger import triton_path
 

@@ -179,8 +179,11 @@ def make_triton_adapter() -> Adapter:
     from . import triton_path
 
     where = "Triton interpreter, TRITON_INTERPRET=1" if triton_path.interpreted() else "compiled Triton kernels"
-    return LigerAdapter(
+    adapter = LigerAdapter(
         name="liger-triton", framework=FRAMEWORK, version=f"{_version()}; triton_grpo_loss ({where})", devices=("cpu", "cuda"),
         dtypes=("float32", "bfloat16"), implementations=dict(triton_path.IMPLEMENTATIONS),
         param_map=_param_map(triton_path.IMPLEMENTATIONS), deviations=load_triton_deviations(),
         needs_triton=True)
+    # `pgspec check --formula loss.grpo --vocab V`: the kernel on the logits of a linear head (triton_path.py)
+    adapter.heads = dict(triton_path.HEADS)
+    return adapter

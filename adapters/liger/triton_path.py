@@ -60,27 +60,56 @@ def loss_impl(formula_id):
         z = logits_for(lp, m, torch.float32).to(dev)
         logits = torch.cat([z, torch.zeros((B, 1, 2), dtype=torch.float32, device=dev)], dim=1).contiguous()
         logits.requires_grad_(True)
-        args = dict(temperature=1.0, beta=cfg["beta"], eps_low=cfg.get("epsilon_low", 0.2),
-                    eps_high=cfg.get("epsilon_high", 0.2), inplace=False, loss_type=cfg["loss_type"],
-                    importance_sampling_level=cfg["importance_sampling_level"], reduce=True,
-                    max_completion_length=cfg.get("max_completion_length"),
-                    use_bias_correction_kl=cfg.get("use_bias_correction_kl", False))
-        if "sapo_temperature_pos" in cfg:
-            args.update(sapo_temperature_pos=cfg["sapo_temperature_pos"], sapo_temperature_neg=cfg["sapo_temperature_neg"])
-        for k in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
-            if k in cfg:
-                args[k] = cfg[k]
-        f32 = lambda x: None if x is None else x.detach().float().to(dev).contiguous()  # noqa: E731
-        vr = kw.get("vllm_is_ratio")
-        out = triton_grpo_loss(logits, f32(kw["old"]), f32(kw.get("ref")),
-                               torch.zeros((B, T), dtype=torch.long, device=dev), f32(kw["advantages"]),
-                               kw["mask"].to(torch.int32).to(dev).contiguous(), vllm_is_ratio=f32(vr), **args)
-        loss = out[0] if isinstance(out, tuple) else out
+        loss = _kernel_loss(triton_grpo_loss, logits, torch.zeros((B, T), dtype=torch.long, device=dev), cfg, kw, dev)
         (gl,) = torch.autograd.grad(loss, logits)
         home = lp.device
         return {"loss": loss.to(home), "grad": {"logprobs": grad_from_z1(gl[:, :T, 1].to(home), lp, m)}}
 
     return impl
+
+
+def _kernel_loss(triton_grpo_loss, logits, completion_ids, cfg, kw, dev):
+    """triton_grpo_loss on (B, T+1, V) ``logits`` with Liger's configuration ``cfg`` and the call's tensors
+    ``kw`` (chunked.prepare), temperature 1, ``reduce=True`` (Liger's own aggregation): the loss."""
+    args = dict(temperature=1.0, beta=cfg["beta"], eps_low=cfg.get("epsilon_low", 0.2),
+                eps_high=cfg.get("epsilon_high", 0.2), inplace=False, loss_type=cfg["loss_type"],
+                importance_sampling_level=cfg["importance_sampling_level"], reduce=True,
+                max_completion_length=cfg.get("max_completion_length"),
+                use_bias_correction_kl=cfg.get("use_bias_correction_kl", False))
+    if "sapo_temperature_pos" in cfg:
+        args.update(sapo_temperature_pos=cfg["sapo_temperature_pos"], sapo_temperature_neg=cfg["sapo_temperature_neg"])
+    for k in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
+        if k in cfg:
+            args[k] = cfg[k]
+    f32 = lambda x: None if x is None else x.detach().float().to(dev).contiguous()  # noqa: E731
+    out = triton_grpo_loss(logits, f32(kw["old"]), f32(kw.get("ref")), completion_ids, f32(kw["advantages"]),
+                           kw["mask"].to(torch.int32).to(dev).contiguous(), vllm_is_ratio=f32(kw.get("vllm_is_ratio")),
+                           **args)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def head_loss_grpo(hidden, weight, targets, mask, old_logprobs, advantages, params):
+    """`pgspec check --formula loss.grpo --vocab V` (conformance/check_head_loss.py): triton_grpo_loss on the
+    logits ``hidden @ weight^T`` formed in the run's dtype, as a model's LM head hands them over, in the
+    (B, T+1, V) layout the kernel takes (its last row is ignored): the kernel's own loop over the
+    vocabulary in blocks of 4,096 (an online log-sum-exp in float32), forward and backward, and its
+    aggregation.  The gradient reaches the hidden states through the matmul.  For sizes whose logits fit."""
+    from liger_kernel.transformers.grpo_loss import triton_grpo_loss
+
+    cfg, kw = prepare("loss.grpo", {"mask": mask, "old_logprobs": old_logprobs, "advantages": advantages}, params,
+                      check=False)
+    B, T = mask.shape
+    dev = _kernel_device(hidden)
+    x = hidden.detach().to(dev).requires_grad_(True)
+    with torch.enable_grad():
+        z = x @ weight.detach().to(dev).T
+        logits = torch.cat([z, z.new_zeros((B, 1, z.shape[-1]))], dim=1)
+        loss = _kernel_loss(triton_grpo_loss, logits, targets.to(dev).contiguous(), cfg, kw, dev)
+        (g,) = torch.autograd.grad(loss, [x])
+    return {"loss": loss.detach().to(hidden.device), "grad": {"hidden": g.to(hidden.device)}}
+
+
+HEADS = {"loss.grpo": head_loss_grpo}
 
 
 IMPLEMENTATIONS = {fid: loss_impl(fid) for fid in (
