@@ -72,8 +72,7 @@ def old_logprobs(lp: np.ndarray, mask: np.ndarray, seed: int, eps_low: float, ep
     band = rng.integers(0, 3, size=lp.shape)
     u = rng.uniform(0.0, 1.0, size=lp.shape)
     rho = np.choose(band, [lo - GAP - BAND * u, mid - half + 2 * half * u, hi + GAP + BAND * u])
-    old = np.where(mask, lp - rho, 0.0).astype(np.float32).astype(np.float64)
-    return np.where(mask, old, 0.0)
+    return np.where(mask, lp - rho, 0.0).astype(np.float32).astype(np.float64)
 
 
 def loss_oracle(lp, El, old, adv, mask, params: dict, chunk: int = 8):

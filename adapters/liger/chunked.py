@@ -168,15 +168,21 @@ def kl_k3(inputs, params):
     return {"kl": k3_loss_fn(inputs["ref_logprobs"], inputs["logprobs"])}
 
 
+def no_logit_transform(params):
+    """Unsupported unless logprob.token's logit_scale is 1 and its softcap null: the selective log-prob
+    kernel divides the logits by the temperature and does nothing else to them."""
+    if param("logprob.token", params, "logit_scale") != 1:
+        raise Unsupported("Liger-Kernel 0.8.5 has no logit_scale")
+    if param("logprob.token", params, "softcap") is not None:
+        raise Unsupported("Liger-Kernel 0.8.5 has no softcap")
+
+
 def logprob_token(inputs, params):
     """Liger's selective log-prob kernel with hidden = logits and an identity LM head (exact)."""
     from liger_kernel.chunked_loss.fused_linear_ppo import (_SELECTIVE_LOGPROB_VOCAB_CHUNK_SIZE,
                                                             _ChunkedSelectiveLogProbFunction)
 
-    if param("logprob.token", params, "logit_scale") != 1:
-        raise Unsupported("Liger-Kernel 0.8.5 has no logit_scale")
-    if param("logprob.token", params, "softcap") is not None:
-        raise Unsupported("Liger-Kernel 0.8.5 has no softcap")
+    no_logit_transform(params)
     tau = param("logprob.token", params, "temperature")
     logits = inputs["logits"]
     B, T, V = logits.shape

@@ -17,17 +17,14 @@ loss half is the vocabulary-of-two construction (construct.py) at the same token
 
 from __future__ import annotations
 
-from .mapping import Unsupported
+from .chunked import no_logit_transform, prepare
 
 
 def head_logprob(hidden, weight, targets, mask, params):
     import torch
     from liger_kernel.chunked_loss.fused_linear_ppo import LigerFusedLinearPPOBase
 
-    if params.get("logit_scale", 1) != 1:
-        raise Unsupported("Liger-Kernel 0.8.5 has no logit_scale")
-    if params.get("softcap") is not None:
-        raise Unsupported("Liger-Kernel 0.8.5 has no softcap")
+    no_logit_transform(params)
     leaf = hidden.detach().requires_grad_(True)
     with torch.enable_grad():
         lp = LigerFusedLinearPPOBase.chunk_forward(leaf, weight.detach(), targets, bias=None,
@@ -43,8 +40,6 @@ def head_loss_grpo(hidden, weight, targets, mask, old_logprobs, advantages, para
     (`pgspec check --formula loss.grpo --vocab V`, conformance/check_head_loss.py)."""
     import torch
     from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
-
-    from .chunked import prepare
 
     cfg, kw = prepare("loss.grpo", {"mask": mask, "old_logprobs": old_logprobs, "advantages": advantages}, params)
     leaf = hidden.detach().requires_grad_(True)
