@@ -59,11 +59,13 @@ done
 for d in float32 bfloat16; do
     step "liger-triton-grpo-$d" "$LIMIT" $G --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
 done
-# the kernel's vocabulary loop: triton_grpo_loss on the logits of the linear head at V (they must fit: TRITON_VS
-# tokens, 4 x 8192 by default, 10 GB of bfloat16 logits at V = 151936)
-TRITON_VS="${TRITON_VS:-$([ "$SIZE" = full ] && echo 4x8192 || echo 2x32)}"
+# the kernel's vocabulary loop: triton_grpo_loss on the logits of the linear head at V. They must fit: the call
+# holds the logits and their gradient, two [B, T+1, V] tensors, 74 GiB at V = 151936 for 4 x 32768 tokens in
+# bfloat16 and 2 x 32768 in float32 (the defaults on a GPU, sized for an H200's 140 GiB; TRITON_VS sets both)
 for d in float32 bfloat16; do
-    step "liger-triton-vocab-grpo-$d" "$LIMIT" --formula loss.grpo --param beta=0 --vocab "$V" --shape "$TRITON_VS" --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
+    if [ "$SIZE" != full ]; then vs=2x32; elif [ $d = bfloat16 ]; then vs=4x32768; else vs=2x32768; fi
+    vs="${TRITON_VS:-$vs}"
+    step "liger-triton-vocab-grpo-$d" "$LIMIT" --formula loss.grpo --param beta=0 --vocab "$V" --shape "$vs" --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
 done
 unset TRITON_INTERPRET
 # both dtypes in one step: the float64 oracle (most of the time at V = 151936) is evaluated once for both

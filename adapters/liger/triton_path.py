@@ -93,7 +93,11 @@ def head_loss_grpo(hidden, weight, targets, mask, old_logprobs, advantages, para
     logits ``hidden @ weight^T`` formed in the run's dtype, as a model's LM head hands them over, in the
     (B, T+1, V) layout the kernel takes (its last row is ignored): the kernel's own loop over the
     vocabulary in blocks of 4,096 (an online log-sum-exp in float32), forward and backward, and its
-    aggregation.  The gradient reaches the hidden states through the matmul.  For sizes whose logits fit."""
+    aggregation.  The gradient reaches the hidden states through the matmul.  The hidden states get a zero
+    row appended before the matmul, so the logits are formed once, already in that layout (a model's head
+    also computes the row after the last completion token): the call holds two [B, T+1, V] tensors at its
+    peak, the logits and the kernel's gradient of them, and fits B T V up to about a quarter of the device's
+    memory in bfloat16 (an eighth in float32)."""
     from liger_kernel.transformers.grpo_loss import triton_grpo_loss
 
     cfg, kw = prepare("loss.grpo", {"mask": mask, "old_logprobs": old_logprobs, "advantages": advantages}, params,
@@ -102,8 +106,7 @@ def head_loss_grpo(hidden, weight, targets, mask, old_logprobs, advantages, para
     dev = _kernel_device(hidden)
     x = hidden.detach().to(dev).requires_grad_(True)
     with torch.enable_grad():
-        z = x @ weight.detach().to(dev).T
-        logits = torch.cat([z, z.new_zeros((B, 1, z.shape[-1]))], dim=1)
+        logits = torch.cat([x, x.new_zeros((B, 1, x.shape[-1]))], dim=1) @ weight.detach().to(dev).T
         loss = _kernel_loss(triton_grpo_loss, logits, targets.to(dev).contiguous(), cfg, kw, dev)
         (g,) = torch.autograd.grad(loss, [x])
     return {"loss": loss.detach().to(hidden.device), "grad": {"hidden": g.to(hidden.device)}}
