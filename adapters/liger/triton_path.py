@@ -96,8 +96,8 @@ def head_loss_grpo(hidden, weight, targets, mask, old_logprobs, advantages, para
     aggregation.  The gradient reaches the hidden states through the matmul.  The hidden states get a zero
     row appended before the matmul, so the logits are formed once, already in that layout (a model's head
     also computes the row after the last completion token): the call holds two [B, T+1, V] tensors at its
-    peak, the logits and the kernel's gradient of them, and fits B T V up to about a quarter of the device's
-    memory in bfloat16 (an eighth in float32)."""
+    peak, the logits and the kernel's gradient of them: about 4 B T V bytes in bfloat16 (8 B T V in float32)
+    must fit in the device's memory."""
     from liger_kernel.transformers.grpo_loss import triton_grpo_loss
 
     cfg, kw = prepare("loss.grpo", {"mask": mask, "old_logprobs": old_logprobs, "advantages": advantages}, params,
