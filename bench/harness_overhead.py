@@ -20,7 +20,9 @@ methods (``call``, ``available``, ``device_available``, ``capabilities``) and ``
   run's figures drift with the machine's load).
 - with ``--phases``: where the run's time goes, phase by phase (loading, each dtype's cases and
   property checks, the table), each phase's wall time split into the adapter's work and the
-  harness's own.
+  harness's own; and the harness's own time split by what it does: the comparison core (preparing
+  references, gathering results, comparing, exact evaluations), making the input tensors, and the
+  rest (timing these adds about a microsecond per call to the harness).
 
 Two things are cached on disk between runs (under PGSPEC_CACHE): the reference results of the
 property checks' fixed examples, with their preparation for the comparison (see
@@ -88,6 +90,52 @@ def _time_phases(phases: list, inside: dict, runner) -> None:
     timed(runner, "run_cases", "cases")
     timed(runner, "property_results", "property checks")
     timed(report, "print_matrix", "the table")
+
+
+# The harness's own work, by what it does (``--phases``): each entry point of the comparison core and
+# of the call convention, as the runner and the property checks reach them (module attributes),
+# timed where it is entered first (a nested entry is inside its caller's time).
+_PARTS = {
+    "the comparison core": ("compare", ("compare_cases", "gather_case", "compare_output", "compare_prepared",
+                                        "prepare", "_gather", "compare_deferred", "largest_ratio")),
+    "the input tensors": ("runner", ("case_tensors", "to_tensors")),
+}
+
+
+def _time_parts(parts: dict, inside: dict, runner, compare) -> None:
+    """Time the harness's parts (``_PARTS``) into ``parts``: wall time minus any adapter work inside."""
+    modules = {"compare": compare, "runner": runner}
+    depth = [0]
+    for label, (module, names) in _PARTS.items():
+        parts[label] = 0.0
+        for name in names:
+            for m in {modules[module], compare}:
+                real = getattr(m, name, None)
+                if real is None or getattr(real, "_timed_part", False):
+                    continue
+
+                def wrapper(*a, _real=real, _label=label, **k):
+                    if depth[0]:
+                        return _real(*a, **k)
+                    depth[0] += 1
+                    t, before = time.perf_counter(), inside["call"] + inside["backward"] + inside["methods"]
+                    try:
+                        return _real(*a, **k)
+                    finally:
+                        depth[0] -= 1
+                        parts[_label] += time.perf_counter() - t - (
+                            inside["call"] + inside["backward"] + inside["methods"] - before)
+
+                wrapper._timed_part = True
+                setattr(m, name, wrapper)
+
+
+def _print_parts(parts: dict, harness: float) -> None:
+    print(f"the harness's own time, {harness:.2f} s, by what it does:")
+    for label, t in parts.items():
+        print(f"  {label:<24} {t:6.2f} s")
+    print(f"  {'the rest':<24} {harness - sum(parts.values()):6.2f} s  (loading, the property checks' own "
+          "work, bookkeeping, the table)")
 
 
 def _print_phases(phases: list, wall: float, t_torch: float, adapter_time: float) -> None:
@@ -180,8 +228,10 @@ def main() -> int:
 
     runner.load_adapter = load_timed
     phases: list = []      # (phase, wall, adapter time inside it)
+    parts: dict = {}       # the harness's own time by what it does
     if args.phases:
         _time_phases(phases, inside, runner)
+        _time_parts(parts, inside, runner, compare)
     argv = ["run", "--adapter", args.adapter, "--dtype", args.dtype, "--formulas", args.formulas]
     if args.no_properties:
         argv.append("--no-properties")
@@ -223,6 +273,7 @@ def main() -> int:
           f"{s.ratio_evals} exact ratio evaluations")
     if args.phases:
         _print_phases(phases, wall, t_torch, adapter_time)
+        _print_parts(parts, harness)
     if args.figures:
         import json
 
