@@ -25,7 +25,41 @@ ORDERED = (("log_ratio_min", "log_ratio_max", True), ("output_min", "output_max"
            ("c_min", "c_max", False), ("lower", "upper", False))
 
 
+# A run calls a formula with the same parameters many times (each dtype, most cases of a family), and
+# checking a set costs a conversion of every value to an exact number: a set that passed is
+# remembered by its exact values (each value's type, a float by its bits), so it is checked once.
+# A set that fails is never remembered: it is checked, and rejected, every time.
+_PASSED: set = set()
+_PASSED_MAX = 1 << 16
+
+
+def _params_key(fid: str, params) -> tuple | None:
+    """The exact identity of (fid, params), or None when a value is not a plain one (then no caching)."""
+    if type(params) is not dict:
+        return None
+    items = []
+    for name, value in params.items():
+        kind = type(value)
+        if kind is float:
+            value = value.hex()             # -0.0 and 0.0 apart; NaN equal to itself (never passes)
+        elif not (value is None or kind in (bool, int, str)):
+            return None
+        items.append((name, kind, value))
+    return fid, tuple(items)
+
+
 def check_parameters(fid: str, params: dict) -> None:
+    key = _params_key(fid, params)
+    if key is not None and key in _PASSED:
+        return
+    _check_parameters(fid, params)
+    if key is not None:
+        if len(_PASSED) >= _PASSED_MAX:
+            _PASSED.clear()
+        _PASSED.add(key)
+
+
+def _check_parameters(fid: str, params: dict) -> None:
     check_params(REGISTRY[fid], params)   # unknown names and ranges, SpecError naming the parameter
     f = REGISTRY[fid]
     values = {p.name: params.get(p.name, p.default) for p in f.params}
