@@ -93,12 +93,14 @@ def _time_phases(phases: list, inside: dict, runner) -> None:
 
 
 # The harness's own work, by what it does (``--phases``): each entry point of the comparison core and
-# of the call convention, as the runner and the property checks reach them (module attributes),
-# timed where it is entered first (a nested entry is inside its caller's time).
+# of the call convention, (module, function) as the runner and the property checks reach them
+# (module attributes), timed where it is entered first (a nested entry is inside its caller's time).
 _PARTS = {
-    "the comparison core": ("compare", ("compare_cases", "gather_case", "compare_output", "compare_prepared",
-                                        "prepare", "_gather", "compare_deferred", "largest_ratio")),
-    "the input tensors": ("runner", ("case_tensors", "to_tensors")),
+    "the comparison core": [("compare", name) for name in (
+        "compare_cases", "gather_case", "compare_output", "compare_prepared", "prepare", "_gather",
+        "compare_deferred", "largest_ratio")],
+    # the runner's to_tensors is reached only from inside case_tensors
+    "the input tensors": [("runner", "case_tensors"), ("compare", "to_tensors")],
 }
 
 
@@ -106,28 +108,27 @@ def _time_parts(parts: dict, inside: dict, runner, compare) -> None:
     """Time the harness's parts (``_PARTS``) into ``parts``: wall time minus any adapter work inside."""
     modules = {"compare": compare, "runner": runner}
     depth = [0]
-    for label, (module, names) in _PARTS.items():
+
+    def adapter_time():
+        return inside["call"] + inside["backward"] + inside["methods"]
+
+    for label, entries in _PARTS.items():
         parts[label] = 0.0
-        for name in names:
-            for m in {modules[module], compare}:
-                real = getattr(m, name, None)
-                if real is None or getattr(real, "_timed_part", False):
-                    continue
+        for module, name in entries:
+            real = getattr(modules[module], name)
 
-                def wrapper(*a, _real=real, _label=label, **k):
-                    if depth[0]:
-                        return _real(*a, **k)
-                    depth[0] += 1
-                    t, before = time.perf_counter(), inside["call"] + inside["backward"] + inside["methods"]
-                    try:
-                        return _real(*a, **k)
-                    finally:
-                        depth[0] -= 1
-                        parts[_label] += time.perf_counter() - t - (
-                            inside["call"] + inside["backward"] + inside["methods"] - before)
+            def wrapper(*a, _real=real, _label=label, **k):
+                if depth[0]:
+                    return _real(*a, **k)
+                depth[0] += 1
+                t, before = time.perf_counter(), adapter_time()
+                try:
+                    return _real(*a, **k)
+                finally:
+                    depth[0] -= 1
+                    parts[_label] += time.perf_counter() - t - (adapter_time() - before)
 
-                wrapper._timed_part = True
-                setattr(m, name, wrapper)
+            setattr(modules[module], name, wrapper)
 
 
 def _print_parts(parts: dict, harness: float) -> None:
