@@ -22,6 +22,7 @@ Memory: the oracle's scale pass works on [B, T] float64 tensors, ``chunk`` seque
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -250,6 +251,31 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False):
     return (v, Ev, g, gA) if split else (v, Ev, g)
 
 
+_RECIPE_OFF = (("beta", (0, 0.0)), ("is_level", ("none",)), ("opsm_delta", (None,)), ("entropy_quantile", (None,)))
+
+
+def describe_formulas() -> str:
+    """`pgspec check --list`: each formula with an oracle, its title, and what a check of it needs."""
+    lines = []
+    for fid in ORACLE_FORMULAS:
+        f = REGISTRY[fid]
+        if fid in VOCAB_FORMULAS:
+            needs = ("--vocab V [--hidden H]: through a linear head of exact logits; parameters temperature > 0, "
+                     "logit_scale > 0, softcap null")
+        elif fid.startswith("agg."):
+            needs = "--shape BxT; its default parameters"
+        else:
+            defaults = {p.name: p.default for p in f.params}
+            give = [f"--param {k}={'null' if off[0] is None else off[0]}" for k, off in _RECIPE_OFF
+                    if defaults.get(k) not in off]
+            needs = ("--shape BxT and its options (KL, IS, OPSM, entropy mask) off"
+                     + (f" ({' '.join(give)})" if give else "")
+                     + ("; with --vocab V [--hidden H] it is checked from hidden states through the adapter's "
+                        "fused head" if fid in HEAD_LOSS_FORMULAS else ""))
+        lines.append(f"{fid:<16} {f.title}\n{'':<16} needs {needs}")
+    return "\n".join(lines)
+
+
 def oracle_params(formula: str, params: dict) -> dict:
     """The formula's parameters with defaults, or CheckError where the oracle has no scale for them:
     aggregators at their default parameters, recipes with their options (KL, IS, OPSM, entropy
@@ -264,9 +290,11 @@ def oracle_params(formula: str, params: dict) -> dict:
             if v not in (None, 0, 0.0, False):
                 raise CheckError(f"{formula}: the oracle scale covers the default parameters only ({k}={v!r})")
         return p
-    for k, off in (("beta", (0, 0.0)), ("is_level", ("none",)), ("opsm_delta", (None,)), ("entropy_quantile", (None,))):
+    for k, off in _RECIPE_OFF:
         if p.get(k) not in off:
-            raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r})")
+            off_value = "null" if off[0] is None else off[0] if isinstance(off[0], str) else json.dumps(off[0])
+            raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r}); "
+                             f"give --param {k}={off_value}")
     return p
 
 
@@ -344,6 +372,62 @@ def _unravel(k, t):
     return [int(i) for i in np.unravel_index(k, shape)] if shape else []
 
 
+def _count(name: str, value, least: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise CheckError(f"{name} must be an integer >= {least}, got {value!r}")
+
+
+def check_arguments(formula: str, B: int, T: int, dtypes=("float32",), device: str = "cpu", seed: int = 0,
+                    params: dict | None = None, chunk: int = 8, vocab: int | None = None,
+                    hidden: int | None = None) -> None:
+    """CheckError naming the argument, before any work, for every argument of ``run_checks`` that
+    is out of its range: the shape, the dtypes, the device, the seed, the chunk, the formula and its
+    parameters (the reference's own rules, then what the oracle's scale covers), --vocab and --hidden."""
+    _count("--shape B", B)
+    _count("--shape T", T)
+    if isinstance(dtypes, str) or not dtypes or any(d not in tolerance.DTYPES for d in dtypes):
+        raise CheckError(f"dtypes: a non-empty list, each one of {', '.join(tolerance.DTYPES)}; got {dtypes!r}")
+    if device not in ("cpu", "cuda"):
+        raise CheckError(f"--device must be cpu or cuda, got {device!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise CheckError(f"--seed must be an integer (taken mod 2^64), got {seed!r}")
+    _count("--chunk", chunk)
+    if formula not in REGISTRY:
+        raise CheckError(f"unknown formula {formula!r}; formulas with an oracle: {', '.join(ORACLE_FORMULAS)} "
+                         "(`pgspec check --list`)")
+    if formula not in ORACLE_FORMULAS:
+        raise CheckError(f"{formula}: no oracle scale; formulas with one: {', '.join(ORACLE_FORMULAS)}")
+    if params is not None and not isinstance(params, dict):
+        raise CheckError(f"params must be a dict of parameter name -> value, got {type(params).__name__}")
+    if formula in VOCAB_FORMULAS:
+        if vocab is None:
+            raise CheckError(f"{formula} needs --vocab V (the vocabulary size of the linear head)")
+        from . import check_logprob as lp
+
+        lp.check_params(dict(params or {}))
+    else:
+        from pgspec.reference import SpecError
+        from pgspec.reference._evaluate import check_params
+
+        try:
+            check_params(REGISTRY[formula], dict(params or {}))
+        except SpecError as e:
+            raise CheckError(f"--param: {e}") from None
+        if hidden is not None and vocab is None:
+            raise CheckError(f"--hidden is the width of the linear head of a check with --vocab; {formula} "
+                             f"without --vocab takes no head" if formula in HEAD_LOSS_FORMULAS else
+                             f"--hidden applies to {', '.join(VOCAB_FORMULAS + HEAD_LOSS_FORMULAS)} (with --vocab) "
+                             f"only, not to {formula}")
+        if vocab is not None and formula not in HEAD_LOSS_FORMULAS:
+            raise CheckError(f"--vocab applies to {', '.join(VOCAB_FORMULAS + HEAD_LOSS_FORMULAS)} only, "
+                             f"not to {formula}")
+        oracle_params(formula, dict(params or {}))
+    if vocab is not None:
+        _count("--vocab", vocab, 2)
+        if hidden is not None:
+            _count("--hidden", hidden)
+
+
 def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", device: str = "cpu", seed: int = 0,
               params: dict | None = None, chunk: int = 8, vocab: int | None = None,
               hidden: int | None = None) -> CheckResult:
@@ -359,23 +443,14 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
     each result's ``oracle_seconds`` is that one evaluation's time."""
     import torch
 
-    if isinstance(dtypes, str) or not dtypes or any(d not in tolerance.DTYPES for d in dtypes):
-        raise CheckError(f"dtypes: a non-empty list, each one of {', '.join(tolerance.DTYPES)}; got {dtypes!r}")
-    if formula not in REGISTRY:
-        raise CheckError(f"unknown formula {formula!r}")
+    check_arguments(formula, B, T, dtypes, device, seed, params, chunk, vocab, hidden)
     ok, why = adapter.available()
     if not ok:
         raise CheckError(f"adapter {adapter.name!r} is not available here: {why}")
     if formula in VOCAB_FORMULAS:
-        if vocab is None:
-            raise CheckError(f"{formula} needs --vocab V (the vocabulary size of the linear head)")
         return run_logprob_checks(adapter, B, T, vocab, hidden, list(dtypes), device, seed, dict(params or {}))
     if formula in HEAD_LOSS_FORMULAS and vocab is not None:
         return run_head_loss_checks(adapter, B, T, vocab, hidden, list(dtypes), device, seed, dict(params or {}), chunk)
-    if vocab is not None or hidden is not None:
-        raise CheckError(f"--vocab and --hidden apply to {', '.join(VOCAB_FORMULAS + HEAD_LOSS_FORMULAS)} only, "
-                         f"not to {formula}")
-    oracle_params(formula, dict(params or {}))
     if device == "cuda" and not torch.cuda.is_available():
         raise CheckError("--device cuda: no CUDA device is available")
     params = dict(params or {})

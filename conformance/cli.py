@@ -425,8 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=_adapters)
     c = sub.add_parser("check", help="check a formula at production size against the float64 oracle",
                        formatter_class=fmt)
-    c.add_argument("--formula", required=True,
-                   help="formula or recipe ID (see `pgspec check --list`); required, no default")
+    c.add_argument("--formula", default=None,
+                   help="formula or recipe ID (`pgspec check --list` lists those with an oracle); required, no default")
+    c.add_argument("--list", action="store_true", help="list the formulas with an oracle, and what each needs")
     c.add_argument("--adapter", default="torch", help="built-in adapter name or module:object")
     c.add_argument("--shape", default="64x32768", help="BxT")
     c.add_argument("--vocab", type=int, default=None,
@@ -448,7 +449,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(args) -> int:
     from . import check, runner, tolerance
 
+    if args.list:
+        print(check.describe_formulas())
+        return 0
     try:
+        if args.formula is None:
+            raise check.CheckError("--formula is required (`pgspec check --list` lists the formulas with an oracle)")
+        if args.json and (why := _report_path_problem(args.json)):
+            raise check.CheckError(f"--json: {why}")
         B, T = check.parse_shape(args.shape)
         params = {}
         for item in args.param:

@@ -240,10 +240,57 @@ def test_logprob_check_usage_errors():
         check.run_check(adapter, "logprob.token", 2, 8)
     with pytest.raises(check.CheckError, match="softcap"):
         check.run_check(adapter, "logprob.token", 2, 8, vocab=10, params={"softcap": 30.0})
-    with pytest.raises(check.CheckError, match="apply to logprob.token, loss.grpo only"):
+    with pytest.raises(check.CheckError, match="--vocab applies to logprob.token, loss.grpo only"):
         check.run_check(adapter, "loss.bnpo", 2, 8, vocab=10)
     with pytest.raises(check.CheckError, match=">= 2"):
         check.run_check(adapter, "logprob.token", 2, 8, vocab=1)
+
+
+@pytest.mark.parametrize("formula, kw, match", [
+    ("loss.grpo", {"B": 0}, r"--shape B must be an integer >= 1, got 0"),
+    ("loss.bnpo", {"T": 2.5}, r"--shape T must be an integer >= 1, got 2.5"),
+    ("loss.bnpo", {"B": True}, r"--shape B must be an integer"),
+    # a chunk of 0 crashed the scale pass, and a negative one gave wrong bounds (a correct adapter failed)
+    ("loss.bnpo", {"chunk": 0}, r"--chunk must be an integer >= 1, got 0"),
+    ("loss.bnpo", {"chunk": -3}, r"--chunk must be an integer >= 1, got -3"),
+    ("loss.bnpo", {"seed": 1.5}, r"--seed must be an integer"),
+    ("loss.bnpo", {"device": "tpu"}, r"--device must be cpu or cuda"),
+    ("loss.bnpo", {"dtypes": ["float8"]}, r"dtypes: a non-empty list"),
+    ("nope", {}, r"unknown formula 'nope'.*pgspec check --list"),
+    # the reference's own rules on parameters: a usage error, not an internal one
+    ("loss.bnpo", {"params": {"foo": 1}}, r"--param: loss.bnpo: unknown parameter\(s\) \['foo'\]"),
+    ("loss.bnpo", {"params": {"eps_low": -0.2}}, r"--param: loss.bnpo: parameter 'eps_low' must be real in \[0, 1\]"),
+    ("loss.bnpo", {"params": {"eps_low": "abc"}}, r"--param: .*'eps_low' must be real"),
+    ("loss.bnpo", {"params": [("beta", 0)]}, r"params must be a dict"),
+    ("loss.grpo", {}, r"options off \(beta=0.04\); give --param beta=0"),
+    ("loss.grpo", {"params": {"beta": 0, "is_level": "token"}}, r"give --param is_level=none"),
+    ("loss.grpo", {"params": {"beta": 0}, "hidden": 16}, r"--hidden is the width of the linear head of a check with --vocab"),
+    ("agg.token_mean", {"hidden": 16}, r"--hidden applies to logprob.token, loss.grpo \(with --vocab\) only"),
+    ("loss.grpo", {"params": {"beta": 0}, "vocab": 100, "hidden": 0}, r"--hidden must be an integer >= 1, got 0"),
+])
+def test_bad_arguments_are_usage_errors_naming_the_argument(formula, kw, match):
+    kw = dict(kw)
+    B, T = kw.pop("B", 2), kw.pop("T", 8)
+    with pytest.raises(check.CheckError, match=match):
+        check.run_checks(runner.load_adapter("torch"), formula, B, T, **kw)
+
+
+def test_cli_list_and_bad_arguments_exit_2_before_any_work(tmp_path):
+    cmd = [sys.executable, "-m", "pgspec.conformance.cli", "check"]
+    listed = subprocess.run(cmd + ["--list"], capture_output=True, text=True)
+    assert listed.returncode == 0
+    assert [ln.split()[0] for ln in listed.stdout.splitlines() if not ln.startswith(" ")] == list(check.ORACLE_FORMULAS)
+    assert "--param beta=0" in listed.stdout and "--vocab V" in listed.stdout
+    for args, says in ((["--shape", "2x16"], "--formula is required"),
+                       (["--formula", "loss.bnpo", "--shape", "2x16", "--param", "foo=1"], "unknown parameter(s) ['foo']"),
+                       (["--formula", "loss.bnpo", "--shape", "2x16", "--chunk", "-3"], "--chunk must be"),
+                       (["--formula", "loss.bnpo", "--shape", "2x16", "--json", str(tmp_path)], "is a directory"),
+                       (["--formula", "loss.bnpo", "--shape", "2x16", "--json",
+                         str(tmp_path / "file" / "x.json")], "--json")):
+        if args[-1].endswith("x.json"):
+            (tmp_path / "file").write_text("")      # a file where the report's folder would be
+        bad = subprocess.run(cmd + args, capture_output=True, text=True)
+        assert bad.returncode == 2 and says in bad.stderr and not bad.stdout, (args, bad.stdout, bad.stderr)
 
 
 def _comparable(res):
