@@ -510,7 +510,7 @@ EXIT_INTERNAL = 3
 
 def main(argv=None) -> int:
     """Exit codes: 0 success; 1 conformance failures (fail, error, stale deviation); 2 a usage or input
-    error (one line on stderr, no traceback); 3 an internal error of pgspec (traceback saved to a file)."""
+    error, or a limit of the environment (a full disk, out of memory) (one line on stderr, no traceback); 3 an internal error of pgspec (traceback saved to a file)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -534,7 +534,13 @@ def main(argv=None) -> int:
         where = f": {e.filename}" if e.filename else ""
         print(f"pgspec {args.command}: {e.strerror or e}{where}", file=sys.stderr)
         return 2
-    except Exception as e:  # noqa: BLE001 - a bug of pgspec: say so, save the traceback
+    except Exception as e:  # noqa: BLE001
+        if _out_of_memory(e):   # the machine's limit (host or device memory), not a bug
+            hint = ("; memory grows with --shape B x T (and with V x H under --vocab): give a smaller one"
+                    if args.command == "check" else "")
+            print(f"pgspec {args.command}: out of memory ({_first_line(e)}){hint}", file=sys.stderr)
+            return 2
+        # a bug of pgspec: say so, save the traceback
         import traceback
 
         from .logs import save
@@ -548,6 +554,15 @@ def main(argv=None) -> int:
         else:
             print(text + f"please report this traceback to {ISSUES_URL}", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    """Host memory (MemoryError) or a device's (torch.cuda.OutOfMemoryError, a RuntimeError)."""
+    return isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError"
+
+
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
 
 
 if __name__ == "__main__":  # pragma: no cover

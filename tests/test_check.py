@@ -293,6 +293,22 @@ def test_cli_list_and_bad_arguments_exit_2_before_any_work(tmp_path):
         assert bad.returncode == 2 and says in bad.stderr and not bad.stdout, (args, bad.stdout, bad.stderr)
 
 
+@pytest.mark.parametrize("error", [MemoryError("Unable to allocate 224. GiB"),
+                                   torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80 GiB")])
+def test_out_of_memory_is_the_machines_limit_not_an_internal_error(error, monkeypatch, capsys):
+    from pgspec.conformance import cli
+
+    def exhausted(*a, **k):
+        raise error
+
+    monkeypatch.setattr(check, "run_checks", exhausted)
+    assert cli.main(["check", "--formula", "loss.bnpo", "--shape", "100000x100000"]) == 2
+    err = capsys.readouterr().err
+    assert "out of memory" in err and type(error).__name__ in err and "--shape" in err and "internal error" not in err
+    monkeypatch.setattr(check, "run_checks", lambda *a, **k: 1 / 0)
+    assert cli.main(["check", "--formula", "loss.bnpo", "--shape", "2x8"]) == cli.EXIT_INTERNAL
+
+
 def _comparable(res):
     d = res.to_json()
     d.pop("adapter_seconds")
