@@ -491,6 +491,11 @@ def _check(args) -> int:
         doc = results[0].to_json() if len(results) == 1 else [res.to_json() for res in results]
         with open(args.json, "w") as fh:
             json.dump(doc, fh, indent=1)
+    if all(res.outcome == "unsupported" for res in results):
+        # as `pgspec run`: a check that checked nothing is not a pass
+        print(f"pgspec check: nothing was checked: {args.adapter} supports {args.formula} in none of the dtypes "
+              f"given ({', '.join(res.dtype for res in results)}; see above)", file=sys.stderr)
+        return 2
     return max({"pass": 0, "unsupported": 0}.get(res.outcome, 1) for res in results)
 
 

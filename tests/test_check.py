@@ -281,6 +281,9 @@ def test_cli_list_and_bad_arguments_exit_2_before_any_work(tmp_path):
     assert listed.returncode == 0
     assert [ln.split()[0] for ln in listed.stdout.splitlines() if not ln.startswith(" ")] == list(check.ORACLE_FORMULAS)
     assert "--param beta=0" in listed.stdout and "--vocab V" in listed.stdout
+    none = subprocess.run(cmd + ["--formula", "loss.grpo", "--param", "beta=0", "--vocab", "50", "--shape", "2x16"],
+                          capture_output=True, text=True)      # the torch backend has no fused head
+    assert none.returncode == 2 and "nothing was checked" in none.stderr and ": unsupported" in none.stdout
     for args, says in ((["--shape", "2x16"], "--formula is required"),
                        (["--formula", "loss.bnpo", "--shape", "2x16", "--param", "foo=1"], "unknown parameter(s) ['foo']"),
                        (["--formula", "loss.bnpo", "--shape", "2x16", "--chunk", "-3"], "--chunk must be"),

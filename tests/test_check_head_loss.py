@@ -105,7 +105,7 @@ def test_usage_and_unsupported():
     assert r.outcome == "unsupported" and "no fused head for loss.grpo" in r.message
     with pytest.raises(check.CheckError, match="beta"):
         check.run_checks(_torch_head(), "loss.grpo", 2, 8, vocab=50, params={"beta": 0.04})
-    with pytest.raises(check.CheckError, match="apply to"):
+    with pytest.raises(check.CheckError, match="--vocab applies to"):
         check.run_checks(torch_adapter, "loss.bnpo", 2, 8, vocab=50)
 
 
