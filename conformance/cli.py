@@ -521,6 +521,11 @@ def main(argv=None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse printed the usage and one error line
         return e.code if isinstance(e.code, int) else 2
+    mode = os.environ.get("PGSPEC_COMPARE")
+    if mode not in (None, "fast", "exact"):     # read as the comparison core is imported: checked first
+        print(f"pgspec {args.command}: PGSPEC_COMPARE must be 'fast' (the default) or 'exact' (every element compared "
+              f"in mpmath, spec/tolerance.md), got {mode!r}", file=sys.stderr)
+        return 2
     from .gcpause import gc_paused
 
     with gc_paused():   # the reference and the runner: modules, long-lived, no cycles to collect

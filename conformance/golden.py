@@ -194,8 +194,15 @@ def _jobs() -> int:
     import os
 
     value = os.environ.get("PGSPEC_JOBS")
-    if value:
-        return max(1, int(value))
+    if value is not None and value.strip():
+        try:
+            jobs = int(value)
+        except ValueError:
+            jobs = 0
+        if jobs < 1:
+            raise GoldenError(f"PGSPEC_JOBS must be a positive integer (worker processes for golden generation and "
+                              f"verify), got {value!r}")
+        return jobs
     return max(1, min(8, os.cpu_count() or 1))
 
 
@@ -206,6 +213,7 @@ def _generate_records(cases: list, progress=None, cache: bool = True, reuse: boo
     With ``cache``, records found in the record cache (``_record_key``) are taken from it (unless
     ``reuse`` is false: then every case is evaluated) and evaluated ones are stored there.
     ``progress(done, total)`` is called as records complete."""
+    jobs = _jobs()      # a bad PGSPEC_JOBS is refused before any work
     total = len(cases)
     records: list = [None] * total
     keys = [_record_key(c) for c in cases] if cache else [None] * total
@@ -216,7 +224,6 @@ def _generate_records(cases: list, progress=None, cache: bool = True, reuse: boo
     done = total - len(todo)
     if progress:
         progress(done, total)
-    jobs = _jobs()
     # the long scale cases first, so that both workers stay busy to the end
     todo.sort(key=lambda k: -_weight(cases[k]))
     if jobs == 1 or len(todo) < 2:

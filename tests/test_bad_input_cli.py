@@ -141,6 +141,22 @@ def test_bad_commands(capsys, argv, expected):
     assert code == 2 and expected in err
 
 
+@pytest.mark.parametrize("name,value,argv,expected", [
+    ("PGSPEC_COMPARE", "bogus", BASE, "PGSPEC_COMPARE must be 'fast' (the default) or 'exact'"),
+    ("PGSPEC_COMPARE", "", BASE, "got ''"),
+    ("PGSPEC_JOBS", "abc", ["golden", "verify"], "PGSPEC_JOBS must be a positive integer"),
+    ("PGSPEC_JOBS", "0", ["golden", "verify"], "got '0'"),
+    ("PGSPEC_JOBS", "-2", ["golden", "generate"], "got '-2'"),
+])
+def test_bad_environment_settings_are_usage_errors(capsys, monkeypatch, name, value, argv, expected):
+    """Once an internal error (PGSPEC_JOBS=abc), a silent 1 (PGSPEC_JOBS=0) or a traceback at import
+    (PGSPEC_COMPARE=bogus): one line naming the variable, before any work."""
+    monkeypatch.setenv(name, value)
+    monkeypatch.setattr(golden, "write_all", lambda *a, **k: pytest.fail("generate ran"), raising=False)
+    line = usage_error(capsys, *argv)
+    assert name in line and expected in line, line
+
+
 def test_formulas_command_with_no_match(capsys):
     code, _, err = cli(capsys, "formulas", "--formulas", "zz.*")
     assert code == 2 and err.startswith("pgspec: no formula matches 'zz.*'; known IDs: ")
