@@ -26,6 +26,8 @@ import platform
 import subprocess
 import sys
 
+from _args import positive  # bench/_args.py
+
 TARGET = 2.0
 
 WORKER = r"""
@@ -82,10 +84,15 @@ def measure(which: str, B: int, T: int, threads: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", default="64x32768")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeat", type=positive, default=3)
+    parser.add_argument("--threads", type=positive, default=os.cpu_count() or 1)
     args = parser.parse_args()
-    B, T = (int(x) for x in args.shape.lower().split("x"))
+    from pgspec.conformance import check
+
+    try:
+        B, T = check.parse_shape(args.shape)
+    except check.CheckError as e:
+        parser.error(str(e))
     try:
         import trl
     except ImportError:

@@ -43,6 +43,8 @@ import sys
 import tempfile
 import time
 
+from _args import positive  # bench/_args.py
+
 TARGET_RATIO = 1.5
 TARGET_VERIFY = 60.0
 
@@ -161,12 +163,10 @@ def main() -> int:
     parser.add_argument("--verify", action="store_true", help="also time `pgspec golden verify`")
     parser.add_argument("--cold", action="store_true", help="empty caches (the first run on a machine)")
     parser.add_argument("--phases", action="store_true", help="the time of each phase of the run")
-    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+    parser.add_argument("--repeat", type=positive, default=1, metavar="N",
                         help="N runs, each in a fresh process, and the median of each figure")
     parser.add_argument("--figures", metavar="PATH", help=argparse.SUPPRESS)   # --repeat's runs write here
     args = parser.parse_args()
-    if args.repeat < 1:
-        parser.error(f"--repeat must be >= 1, got {args.repeat}")
     if args.repeat > 1:
         return _repeat(args)
     if args.cold:
@@ -245,8 +245,11 @@ def main() -> int:
     for module, real_grad in grads:
         module.grad = real_grad
     t_torch, c_torch = torch_import.get("wall", 0.0), torch_import.get("cpu", 0.0)
-    summary = out.getvalue().strip().splitlines()[-1] if out.getvalue().strip() else ""
     adapter_time = inside["call"] + inside["backward"] + inside["methods"]
+    summary = out.getvalue().strip().splitlines()[-1] if out.getvalue().strip() else ""
+    if rc not in (0, 1) or not adapter_time:      # a usage error (said on stderr) or nothing run: no figures
+        print(f"pgspec {' '.join(argv)}: exit {rc}, no adapter work timed; no figures", file=sys.stderr)
+        return 2
     ratio = wall / adapter_time if adapter_time else float("inf")
     s = compare.STATS
     print(f"pgspec {' '.join(argv)}: exit {rc}, {summary}")

@@ -25,12 +25,14 @@ import platform
 import sys
 import time
 
+from _args import positive  # bench/_args.py
+
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tokens", type=int, default=256)
-    parser.add_argument("--vocab", type=int, default=151936)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--tokens", type=positive, default=256)
+    parser.add_argument("--vocab", type=positive, default=151936)
+    parser.add_argument("--repeat", type=positive, default=3)
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
 

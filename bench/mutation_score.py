@@ -40,6 +40,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from _args import positive  # bench/_args.py
+
 ROOT = Path(__file__).resolve().parent.parent
 TORCH = ROOT / "adapters" / "torch"
 FAMILIES = ("logprob", "ratio", "surrogate", "is_", "mask", "kl", "agg", "adv", "dist", "loss")
@@ -284,7 +286,7 @@ def load_equivalents() -> dict[str, str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mutants", type=int, default=160, help="sample size (default 160)")
+    ap.add_argument("--mutants", type=positive, default=160, help="sample size (default 160)")
     ap.add_argument("--seed", type=int, default=1, help="sampling seed (default 1)")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant (default 240)")
     ap.add_argument("--memory-gb", type=float, default=4.0, help="address-space limit per mutant (default 4)")

@@ -30,6 +30,8 @@ from mpmath import mp, mpf
 
 from pgspec.reference import evaluate
 
+from _args import positive  # bench/_args.py
+
 
 def bf16(x: float) -> float:
     bits = struct.unpack(">I", struct.pack(">f", x))[0]
@@ -65,9 +67,9 @@ def time_call(fn) -> float:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--B", type=int, default=4)
-    ap.add_argument("--T", type=int, default=2048)
+    ap.add_argument("--reps", type=positive, default=5)
+    ap.add_argument("--B", type=positive, default=4)
+    ap.add_argument("--T", type=positive, default=2048)
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one loss.dapo and one loss.gspo call")
     args = ap.parse_args(argv)
 

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from _args import positive  # bench/_args.py
+
 TARGETS = {"run": (20.0, 2048.0), "generate": (120.0, 2048.0)}
 
 COMMANDS = {
@@ -45,7 +47,7 @@ def measure(name: str) -> tuple[float, float, int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--repeat", type=positive, default=1)
     args = parser.parse_args()
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
     ok = True
