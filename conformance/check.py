@@ -444,6 +444,12 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
     import torch
 
     check_arguments(formula, B, T, dtypes, device, seed, params, chunk, vocab, hidden)
+    from .runner import ADAPTER_ATTRIBUTES
+
+    lacking = [a for a in ADAPTER_ATTRIBUTES if not hasattr(adapter, a)]
+    if lacking:
+        raise CheckError(f"adapter: an adapter (pgspec.adapters.base.Adapter, e.g. runner.load_adapter('torch')), "
+                         f"got {type(adapter).__name__}, which lacks {', '.join(lacking)}")
     ok, why = adapter.available()
     if not ok:
         raise CheckError(f"adapter {adapter.name!r} is not available here: {why}")

@@ -275,6 +275,11 @@ def test_bad_arguments_are_usage_errors_naming_the_argument(formula, kw, match):
         check.run_checks(runner.load_adapter("torch"), formula, B, T, **kw)
 
 
+def test_an_adapter_name_instead_of_an_adapter_is_a_usage_error():
+    with pytest.raises(check.CheckError, match=r"adapter: an adapter .*got str, which lacks"):
+        check.run_checks("torch", "loss.bnpo", 2, 8)
+
+
 def test_cli_list_and_bad_arguments_exit_2_before_any_work(tmp_path):
     cmd = [sys.executable, "-m", "pgspec.conformance.cli", "check"]
     listed = subprocess.run(cmd + ["--list"], capture_output=True, text=True)
