@@ -275,6 +275,17 @@ def test_bad_arguments_are_usage_errors_naming_the_argument(formula, kw, match):
         check.run_checks(runner.load_adapter("torch"), formula, B, T, **kw)
 
 
+@pytest.mark.parametrize("formula, params", [("agg.token_mean", {}), ("agg.sample_mean", {}), ("loss.bnpo", {}),
+                                             ("loss.grpo", {"beta": 0})])
+def test_the_chunk_is_a_memory_setting_only(formula, params):
+    """The oracle's scales are the same bits whatever --chunk is (1, part of the batch, all of it, more)."""
+    tensors = check.to_tensors(formula, check.seeded_inputs(formula, 5, 64, seed=3), "float64", "cpu")
+    one = check.oracle_scales(formula, tensors, params, chunk=1)
+    for chunk in (2, 5, 100):
+        other = check.oracle_scales(formula, tensors, params, chunk=chunk)
+        assert other.keys() == one.keys() and all(torch.equal(other[k], one[k]) for k in one), chunk
+
+
 def test_an_adapter_name_instead_of_an_adapter_is_a_usage_error():
     with pytest.raises(check.CheckError, match=r"adapter: an adapter .*got str, which lacks"):
         check.run_checks("torch", "loss.bnpo", 2, 8)
