@@ -509,7 +509,20 @@ def _conclude(res) -> None:
     if any(o.failures for o in res.outputs):
         res.outcome = "fail"
         o = next(o for o in res.outputs if o.failures)
-        res.message = f"{o.output}: {o.failures} of {o.compared} elements out of bound; first {o.first_failure}"
+        res.message = f"{o.output}: {o.failures} of {o.compared} elements out of bound; {_first(o.first_failure)}"
+
+
+def _first(f: dict | None) -> str:
+    """The first element out of bound, to read: where, the adapter's value, the oracle's, the error
+    against its bound (the JSON result has the same fields as numbers)."""
+    if not f:
+        return "no element compared"
+    if "message" in f:
+        return f["message"]
+    where = "[" + ", ".join(map(str, f["index"])) + "]"
+    ratio = f["error"] / f["bound"] if f["bound"] > 0 else math.inf
+    return (f"first at {where}: got {f['got']!r}, oracle {f['oracle']!r}, error {f['error']:.3g} > bound "
+            f"{f['bound']:.3g} ({ratio:.3g} x)")
 
 
 # ------------------------------------------------------------------------------------------------

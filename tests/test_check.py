@@ -105,6 +105,9 @@ def _perturbed(scale):
 def test_a_relative_error_of_1e_4_is_caught_in_float32():
     res = check.run_check(_perturbed(1 + 1e-4), "loss.bnpo", 4, 2048, "float32")
     assert res.outcome == "fail" and "loss" in res.message
+    # read as a sentence, the numbers as in the JSON result
+    f = res.outputs[0].first_failure
+    assert f"first at []: got {f['got']!r}, oracle {f['oracle']!r}, error {f['error']:.3g} > bound" in res.message
     assert check.run_check(_perturbed(1.0), "loss.bnpo", 4, 2048, "float32").outcome == "pass"
 
 
