@@ -38,6 +38,7 @@ U64 = 2.0 ** -53
 ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "loss.grpo", "loss.bnpo", "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
 HEAD_LOSS_FORMULAS = ("loss.grpo",)       # with --vocab: from hidden states and an LM head (check_head_loss.py)
+PPO_LOSSES = ("loss.grpo", "loss.bnpo")   # old log-probs off the kinks (check_inputs)
 
 
 class CheckError(Exception):
@@ -106,6 +107,114 @@ def seeded_inputs(formula: str, B: int, T: int, seed: int = 0, ragged: bool = Tr
     spec = {"generator": "pgspec-splitmix64/1", "seed": seed, "B": B, "T": T, "fields": fields,
             "lengths": lengths, "groups": 4, "documents": None}
     return generate_arrays(spec)
+
+
+# ------------------------------------------------------------------------------------------------
+# Log-ratios off the kinks (the PPO losses)
+# ------------------------------------------------------------------------------------------------
+# A PPO loss has kinks where its gradient jumps: the clip's log-bounds lo = log(1 - eps_low) and
+# hi = log(1 + eps_high) of the log-ratio d = l - old, and +-c with a log-ratio clamp c.  A token whose
+# d lies within rounding of a kink may take either branch in a low precision, and no tolerance can
+# judge that.  So the old log-probs of a loss check are drawn as old = l - rho, rho from bands that
+# stay away from every kink and exercise every branch: with equal chance, BAND wide at GAP beyond lo
+# (clipped below; none when eps_low = 1), around the middle of [lo, hi] (narrowed to keep INSIDE from
+# either end, or its midpoint when the range is narrower; none when the midpoint is within NEAREST of
+# an end, as with eps = 0; up to INSIDE below hi when lo = -inf), and BAND wide at GAP beyond hi
+# (clipped above).  With a clamp, what lies within INSIDE of +-c is cut out of each band (a band
+# left with less than NEAREST is dropped).  numpy's PCG64 seeded with the check's seed draws each
+# token's band, then a uniform u placing it in its band.
+BAND = 0.1             # width of each band of log-ratios
+GAP = 0.25             # distance of the outer bands from the clip's log-bounds
+INSIDE = 0.15          # the least distance of the inner band from them, and of any band from +-c
+NEAREST = 0.05         # no band nearer than this to a kink
+
+
+def _clip_bands(eps_low: float, eps_high: float, clamp=None) -> list:
+    """The bands of log-ratios, each a list of pieces (start, width): u in [0, 1) is placed along their
+    total length from the first piece's start (the outer bands run away from the clip range)."""
+    lo = math.log1p(-eps_low) if eps_low < 1 else -math.inf
+    hi = math.log1p(eps_high)
+    c = None if clamp is None else float(clamp)
+    zones = [] if c is None else [(-c - INSIDE, -c + INSIDE), (c - INSIDE, c + INSIDE)]
+    bands = []
+    if lo > -math.inf:          # clipped below: moved down past a clamp's zone it would overlap
+        start = lo - GAP
+        for za, zb in sorted(zones, reverse=True):
+            if start > za and start - BAND < zb:
+                start = za
+        bands.append([(start, -BAND)])
+    if lo == -math.inf:
+        inner = (hi - INSIDE - BAND, BAND)
+    elif (hi - lo) / 2 >= NEAREST:
+        mid = (lo + hi) / 2
+        half = max(0.0, min(BAND / 2, (hi - lo) / 2 - INSIDE))
+        inner = (mid - half, 2 * half)
+    else:
+        inner = None            # a clip range too narrow for a token inside it away from both ends
+    if inner is not None:
+        start, width = inner
+        pieces = [(start, start + width)]
+        for za, zb in zones:    # what lies near a clamp's kink is cut out
+            pieces = [q for pa, pb in pieces for q in ((pa, min(pb, za)), (max(pa, zb), pb))
+                      if q[1] > q[0] or (width == 0 and q[1] == q[0] and not za <= q[0] <= zb)]
+        pieces = sorted(set(pieces))
+        if pieces == [(start, start + width)]:
+            bands.append([inner])           # untouched: start + width u, as written
+        elif width > 0 and sum(pb - pa for pa, pb in pieces) >= NEAREST:
+            bands.append([(pa, pb - pa) for pa, pb in pieces])
+    start = hi + GAP            # clipped above: moved up past a clamp's zone it would overlap
+    for za, zb in sorted(zones):
+        if start < zb and start + BAND > za:
+            start = zb
+    bands.append([(start, BAND)])
+    return bands
+
+
+def draw_log_ratios(shape, seed: int, eps_low: float, eps_high: float, clamp=None) -> np.ndarray:
+    """rho for every token (float64, ``shape``): the bands of ``_clip_bands`` with equal chance."""
+    bands = _clip_bands(eps_low, eps_high, clamp)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    band = rng.integers(0, len(bands), size=shape)
+    u = rng.uniform(0.0, 1.0, size=shape)
+    return np.choose(band, [_place(pieces, u) for pieces in bands])
+
+
+def _place(pieces, u):
+    if len(pieces) == 1:
+        start, width = pieces[0]
+        return start + width * u        # one piece: start + width u, as written
+    total = sum(abs(w) for _, w in pieces)
+    t = u * total
+    out = np.empty_like(u)
+    before = 0.0
+    for k, (start, width) in enumerate(pieces):
+        here = (t >= before) if k else np.ones(u.shape, dtype=bool)
+        out = np.where(here, start + np.sign(width) * (t - before), out)
+        before += abs(width)
+    return out
+
+
+def old_logprobs_off_the_kinks(l: np.ndarray, mask: np.ndarray, seed: int, params: dict) -> np.ndarray:
+    """old = l - rho where the mask holds (0 elsewhere), rho from ``draw_log_ratios`` for the loss's
+    eps_low, eps_high and log_ratio_clamp, rounded to the nearest bfloat16 (and to 0 below 2^-14), so
+    that every dtype holds it exactly: float64 array."""
+    import torch
+
+    rho = draw_log_ratios(l.shape, seed, float(params["eps_low"]), float(params["eps_high"]),
+                          params.get("log_ratio_clamp"))
+    old = torch.from_numpy(np.where(mask, l - rho, 0.0)).to(torch.bfloat16).double().numpy()
+    return np.where(np.abs(old) < 2.0 ** -14, 0.0, old)
+
+
+def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
+    """The inputs of a check: ``seeded_inputs``, and for the PPO losses old log-probs off the kinks
+    (``old_logprobs_off_the_kinks``, with the formula's parameters and defaults)."""
+    arrays = seeded_inputs(formula, B, T, seed)
+    if formula in PPO_LOSSES:
+        p = {q.name: q.default for q in REGISTRY[formula].params}
+        p.update(params)
+        arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, p)
+    return arrays
 
 
 def to_tensors(formula: str, arrays: dict, dtype: str, device: str):
@@ -469,7 +578,7 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
             todo.append(res)
     if not todo:
         return results
-    arrays = seeded_inputs(formula, B, T, seed)
+    arrays = check_inputs(formula, B, T, seed, params)
     t = time.perf_counter()
     ref_out, ref_grads, scales = oracle(formula, arrays, params, device, chunk)
     seconds = time.perf_counter() - t

@@ -8,10 +8,11 @@ other inputs:
 
 - advantages per sequence as ``check.seeded_inputs`` draws them for ``loss.grpo`` (the same seed);
 - old log-probs around the policy's: old = fp32(l - rho) at unmasked positions (0 elsewhere), l the
-  oracle's float64 log-probs and rho, the log-ratio, drawn (numpy PCG64 seeded with ``seed``) from
-  three bands of width 0.1 with equal chance: 0.25 to 0.35 below log(1 - eps_low), around the middle
-  of the clip range (narrowed to keep 0.15 from either end, or its midpoint), 0.25 to 0.35 above
-  log(1 + eps_high).  So a third of the tokens is clipped on either side and a third is not, and
+  oracle's float64 log-probs and rho, the log-ratio, drawn by ``check.draw_log_ratios``: with equal
+  chance from a band of width 0.1 at 0.25 to 0.35 below log(1 - eps_low), one around the middle of
+  the clip range (narrowed to keep 0.15 from either end, or its midpoint), and one at 0.25 to 0.35
+  above log(1 + eps_high) (with a log-ratio clamp c, away from +-c too; see check.py for narrow or
+  one-sided clip ranges).  So a third of the tokens is clipped on either side and a third is not, and
   no ratio lies near a kink of the clip: a kernel's error in l (a few hundredths in bfloat16, whose
   logits are rounded) cannot flip a branch, which no tolerance could judge.  Old log-probs and
   advantages reach the adapter in float32 in a bfloat16 or float16 run (as training frameworks keep
@@ -46,9 +47,6 @@ from __future__ import annotations
 import numpy as np
 
 FORMULA = "loss.grpo"
-BAND = 0.1             # width of each band of log-ratios
-GAP = 0.25             # distance of the outer bands from the clip's log-bounds
-INSIDE = 0.15          # the least distance of the inner band from them
 
 HEAD_PROTOCOL = """adapter.heads["loss.grpo"](hidden [B,T,H], weight [V,H], targets [B,T] int64, mask [B,T] bool,
 old_logprobs [B,T], advantages [B], params) -> {"loss": scalar, "grad": {"hidden": [B,T,H]}}: loss.grpo on the
@@ -62,16 +60,14 @@ def side_dtype(dtype: str) -> str:
     return "float32" if dtype in ("bfloat16", "float16") else dtype
 
 
-def old_logprobs(lp: np.ndarray, mask: np.ndarray, seed: int, eps_low: float, eps_high: float) -> np.ndarray:
+def old_logprobs(lp: np.ndarray, mask: np.ndarray, seed: int, eps_low: float, eps_high: float,
+                 clamp=None) -> np.ndarray:
     """fp32(l - rho) where the mask holds, 0 elsewhere (float64 array, exact in float32): rho from the
-    three bands of the module docstring around the clip's log-bounds log(1 - eps_low), log(1 + eps_high)."""
-    lo, hi = np.log1p(-eps_low), np.log1p(eps_high)
-    mid = (lo + hi) / 2
-    half = max(0.0, min(BAND / 2, (hi - lo) / 2 - INSIDE))
-    rng = np.random.Generator(np.random.PCG64(seed))
-    band = rng.integers(0, 3, size=lp.shape)
-    u = rng.uniform(0.0, 1.0, size=lp.shape)
-    rho = np.choose(band, [lo - GAP - BAND * u, mid - half + 2 * half * u, hi + GAP + BAND * u])
+    bands of ``check.draw_log_ratios`` around the clip's log-bounds log(1 - eps_low), log(1 + eps_high)
+    (and away from +-clamp, the log-ratio clamp)."""
+    from .check import draw_log_ratios
+
+    rho = draw_log_ratios(lp.shape, seed, eps_low, eps_high, clamp)
     return np.where(mask, lp - rho, 0.0).astype(np.float32).astype(np.float64)
 
 
@@ -122,7 +118,7 @@ def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, 
     mask = torch.as_tensor(arrays["mask"], device=device)
     if old is None:
         old = old_logprobs(lp_all.reshape(B, T).cpu().numpy(), arrays["mask"], seed, float(params["eps_low"]),
-                           float(params["eps_high"]))
+                           float(params["eps_high"]), params.get("log_ratio_clamp"))
     old_t = torch.as_tensor(old, dtype=torch.float64, device=device)
     adv_t = torch.as_tensor(adv, dtype=torch.float64, device=device)
     loss, g, Ev, A_l, C_l = loss_oracle(lp_all.reshape(B, T), El.reshape(B, T), old_t, adv_t, mask, params, chunk)
