@@ -99,6 +99,16 @@ def test_check_passes_a_correct_head_and_catches_a_wrong_one():
     assert r.outcome == "fail" and r.message.startswith("loss") and r.outputs[1].failures > 0
 
 
+@pytest.mark.parametrize("params", [{"eps_low": 1.0}, {"eps_low": 0.0, "eps_high": 0.0}, {"log_ratio_clamp": 0.5},
+                                    {"log_ratio_clamp": 0.3}])
+def test_a_correct_head_passes_at_the_clip_ranges_edges_and_with_a_clamp(params):
+    """eps_low = 1 (no lower clip) was an internal error, eps = 0 drew tokens on the kink (a correct
+    head failed), and a clamp's kink could sit inside a band of log-ratios."""
+    results = check.run_checks(_torch_head(), "loss.grpo", 3, 40, dtypes=["bfloat16", "float32"], vocab=700, hidden=16,
+                               params={"beta": 0.0, **params})
+    assert [r.outcome for r in results] == ["pass", "pass"], [r.message for r in results]
+
+
 def test_usage_and_unsupported():
     torch_adapter = runner.load_adapter("torch")
     (r,) = check.run_checks(torch_adapter, "loss.grpo", 2, 8, vocab=50, params={"beta": 0.0})
