@@ -17,7 +17,8 @@ values and scales are tested against the mpmath reference on the corpus's scale 
 (tests/test_check.py).  Formulas with an oracle scale: ``ORACLE_FORMULAS``.
 
 Memory: the oracle's scale pass works on [B, T] float64 tensors, ``chunk`` sequences at a time
-(row-local quantities per chunk, the batch-level sums accumulated across chunks).
+(row-local quantities per chunk, the batch-level sums accumulated across chunks); each token's term,
+its error and its derivative (24 bytes) are kept from the first pass to the second.
 """
 
 from __future__ import annotations
@@ -300,8 +301,10 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False):
     the pass on from the differentiated input (check_head_loss.py).
 
     ``terms(rows)`` gives, for a slice of rows, (x, E(x), dx/dinput or None when the terms are the
-    differentiable input itself, inexact) with masked positions zero; it is called twice per chunk
-    of ``chunk`` rows (row sums, then the gradient scales), so no temporary exceeds a chunk."""
+    differentiable input itself, inexact) with masked positions zero; it is called once per chunk
+    of ``chunk`` rows, whose temporaries stay within a chunk, and its x, E(x) and dx are kept for
+    the gradient pass (24 bytes a token: evaluating the terms again would cost the oracle about a
+    sixth of its time)."""
     import torch
 
     B = mask.shape[0]
@@ -309,9 +312,11 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False):
     s = torch.zeros(B, dtype=torch.float64, device=mask.device)
     Es, absum = torch.zeros_like(s), torch.zeros_like(s)
     any_inexact = torch.zeros(B, dtype=torch.bool, device=mask.device)
+    kept = {}
     for start in range(0, B, chunk):
         sl = slice(start, start + chunk)
-        x, Ex, _, inexact = terms(sl)
+        x, Ex, dx, inexact = terms(sl)
+        kept[start] = (x, Ex, dx)
         s[sl] = x.sum(-1)
         absum[sl] = x.abs().sum(-1)
         any_inexact[sl] = inexact.any(-1)
@@ -346,7 +351,7 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False):
     gA = torch.zeros_like(g) if split else None
     for start in range(0, B, chunk):
         sl = slice(start, start + chunk)
-        x, Ex, dx, _ = terms(sl)
+        x, Ex, dx = kept.pop(start)
         A_x, C_x = A_s[sl].unsqueeze(-1), C_s[sl].unsqueeze(-1)
         if dx is None:          # the terms are the differentiable input itself
             gs = (A_x + C_x).expand_as(x)
