@@ -121,9 +121,10 @@ def seeded_inputs(formula: str, B: int, T: int, seed: int = 0, ragged: bool = Tr
 # (clipped below; none when eps_low = 1), around the middle of [lo, hi] (narrowed to keep INSIDE from
 # either end, or its midpoint when the range is narrower; none when the midpoint is within NEAREST of
 # an end, as with eps = 0; up to INSIDE below hi when lo = -inf), and BAND wide at GAP beyond hi
-# (clipped above).  With a clamp, what lies within INSIDE of +-c is cut out of each band (a band
-# left with less than NEAREST is dropped).  numpy's PCG64 seeded with the check's seed draws each
-# token's band, then a uniform u placing it in its band.
+# (clipped above).  With a clamp c, each outer band moves outwards past the zone within INSIDE of
+# +-c that it would overlap (its tokens then lie beyond the clamp), and the zones are cut out of the
+# inner band (dropped if less than NEAREST is left).  numpy's PCG64 seeded with the check's seed
+# draws each token's band, then a uniform u placing it in its band.
 BAND = 0.1             # width of each band of log-ratios
 GAP = 0.25             # distance of the outer bands from the clip's log-bounds
 INSIDE = 0.15          # the least distance of the inner band from them, and of any band from +-c
@@ -152,16 +153,17 @@ def _clip_bands(eps_low: float, eps_high: float, clamp=None) -> list:
         inner = (mid - half, 2 * half)
     else:
         inner = None            # a clip range too narrow for a token inside it away from both ends
-    if inner is not None:
+    if inner is not None and inner[1] == 0:     # the midpoint, kept when it is clear of a clamp's zone
+        if not any(za < inner[0] < zb for za, zb in zones):
+            bands.append([inner])
+    elif inner is not None:
         start, width = inner
         pieces = [(start, start + width)]
-        for za, zb in zones:    # what lies near a clamp's kink is cut out
-            pieces = [q for pa, pb in pieces for q in ((pa, min(pb, za)), (max(pa, zb), pb))
-                      if q[1] > q[0] or (width == 0 and q[1] == q[0] and not za <= q[0] <= zb)]
-        pieces = sorted(set(pieces))
+        for za, zb in zones:    # what lies within a clamp's zone is cut out
+            pieces = [q for pa, pb in pieces for q in ((pa, min(pb, za)), (max(pa, zb), pb)) if q[1] > q[0]]
         if pieces == [(start, start + width)]:
             bands.append([inner])           # untouched: start + width u, as written
-        elif width > 0 and sum(pb - pa for pa, pb in pieces) >= NEAREST:
+        elif sum(pb - pa for pa, pb in pieces) >= NEAREST:
             bands.append([(pa, pb - pa) for pa, pb in pieces])
     start = hi + GAP            # clipped above: moved up past a clamp's zone it would overlap
     for za, zb in sorted(zones):
