@@ -370,6 +370,12 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False):
 _RECIPE_OFF = (("beta", (0, 0.0)), ("is_level", ("none",)), ("opsm_delta", (None,)), ("entropy_quantile", (None,)))
 
 
+def _param_off(name: str, off: tuple) -> str:
+    """The --param that turns a recipe option off, as a user types it (``beta=0``, ``opsm_delta=null``)."""
+    value = off[0]
+    return f"--param {name}={'null' if value is None else value if isinstance(value, str) else json.dumps(value)}"
+
+
 def describe_formulas() -> str:
     """`pgspec check --list`: each formula with an oracle, its title, and what a check of it needs."""
     lines = []
@@ -382,8 +388,7 @@ def describe_formulas() -> str:
             needs = "--shape BxT; its default parameters"
         else:
             defaults = {p.name: p.default for p in f.params}
-            give = [f"--param {k}={'null' if off[0] is None else off[0]}" for k, off in _RECIPE_OFF
-                    if defaults.get(k) not in off]
+            give = [_param_off(k, off) for k, off in _RECIPE_OFF if defaults.get(k) not in off]
             needs = ("--shape BxT and its options (KL, IS, OPSM, entropy mask) off"
                      + (f" ({' '.join(give)})" if give else "")
                      + ("; with --vocab V [--hidden H] it is checked from hidden states through the adapter's "
@@ -408,9 +413,8 @@ def oracle_params(formula: str, params: dict) -> dict:
         return p
     for k, off in _RECIPE_OFF:
         if p.get(k) not in off:
-            off_value = "null" if off[0] is None else off[0] if isinstance(off[0], str) else json.dumps(off[0])
             raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r}); "
-                             f"give --param {k}={off_value}")
+                             f"give {_param_off(k, off)}")
     return p
 
 

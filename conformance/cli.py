@@ -515,7 +515,8 @@ EXIT_INTERNAL = 3
 
 def main(argv=None) -> int:
     """Exit codes: 0 success; 1 conformance failures (fail, error, stale deviation); 2 a usage or input
-    error, or a limit of the environment (a full disk, out of memory) (one line on stderr, no traceback); 3 an internal error of pgspec (traceback saved to a file)."""
+    error, or a limit of the environment such as a full disk or out of memory (one line on stderr, no
+    traceback); 3 an internal error of pgspec (traceback saved to a file)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
