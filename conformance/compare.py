@@ -143,7 +143,8 @@ STATS = Stats()
 U = 2.0 ** -53                     # float64 unit roundoff
 SMALL = 8                          # compare_prepared compares outputs of at most this many elements
                                    # exactly, one by one (each costs about 15 us, the vectorized pass
-                                   # about 140 us); compare_deferred judges them in Python floats
+                                   # about 140 us); compare_deferred judges outputs of up to LEAN
+                                   # elements in Python floats
 BATCH_MIN = 3                      # compare_cases: cases of at least this many elements join the
                                    # shared pass (there a case costs about one exact evaluation)
 TINY = 2.0 ** -1060                # covers every absolute (underflow) rounding term, see the proof
@@ -161,7 +162,7 @@ class Prepared:
     ``path_at``)."""
 
     __slots__ = ("_paths", "_refs", "_scales", "kind", "r_hi", "r_lo", "r_exact", "s", "rbool", "index", "scalar",
-                 "shape", "token", "mp", "_source", "plain")
+                 "shape", "token", "mp", "_source", "plain", "_lists")
 
     def __init__(self, paths, refs, scales, kind, r_hi, r_lo, r_exact, s, rbool, index=None, scalar=False,
                  shape=None, token=False, source=None):
@@ -179,6 +180,13 @@ class Prepared:
         self.mp = None                  # element -> (ref, scale) as mpmath tuples, for _exact (filled lazily)
         self._source = source           # (ref, scale, non-null k of a token output) when the lists are lazy
         self.plain = bool((kind == _KIND_REAL).all())   # every reference real: the float64 pass needs no selection
+        self._lists = None              # (r_hi, r_lo, s, r_exact) as Python lists, for _float64_pass_list
+
+    def lists(self):
+        """``(r_hi, r_lo, s, r_exact)`` as Python lists (made once): what ``_float64_pass_list`` reads."""
+        if self._lists is None:
+            self._lists = (self.r_hi.tolist(), self.r_lo.tolist(), self.s.tolist(), self.r_exact.tolist())
+        return self._lists
 
     def __len__(self):
         return len(self.r_hi)
@@ -661,8 +669,8 @@ def _select(out: Outcome, g, prep, passed, ratio_lb, ratio_ub, undecided, known:
 
 def _resolve(g, prep, passed, ratio_lb, ratio_ub, undecided, known: dict, family, dtype) -> None:
     """The elements the float64 pass left ``undecided``, exactly (into ``known``, and ``passed``,
-    ``ratio_lb`` and ``ratio_ub`` in place)."""
-    for k in undecided.tolist():
+    ``ratio_lb`` and ``ratio_ub`` in place; ``undecided``: a list or a numpy array of positions)."""
+    for k in (undecided if type(undecided) is list else undecided.tolist()):
         c = _exact(float(g[k]), prep, k, family, dtype)
         known[k] = c
         passed[k] = c.passed
@@ -754,38 +762,75 @@ def _compare_exact(g, prep, family, dtype, out, stop_at_failure):
 # exactly; ``compare_deferred`` keeps instead each element's ratio interval from the float64 pass
 # (spec/tolerance.md: the exact ratio lies in [lb, ub]), and ``largest_ratio`` evaluates exactly,
 # once for the whole check, only the elements whose interval can hold the overall largest.
-def _float64_pass_scalar(g, hi, lo, s, r_exact, ku, floor):
-    """``_float64_pass`` on one element in Python floats: the same IEEE double operations in the
-    same order, so the same four results bit for bit (tests/test_compare.py checks it); for outputs
-    of a few elements, where numpy's cost per call exceeds the arithmetic.  The inputs are finite
-    (a real reference, a finite result): no operation here raises."""
-    b = ku * s + floor
-    d1 = g - hi
-    bb = d1 - g
-    t = (g - (d1 - bb)) + (-hi - bb)
-    e = abs(d1 + (t - lo))
-    slack_e = U * e + 4 * U * U * (abs(d1) + abs(hi)) + TINY
-    slack_b = 4 * U * b + TINY
-    slack = 2 * (slack_e + slack_b)
-    decided = abs(e - b) > slack
-    lb = max(e - slack_e, 0.0) / (b + slack_b) * (1 - 2.0 ** -48)
-    ub = (e + slack_e) / (b - slack_b) * (1 + 2.0 ** -48)
-    if r_exact and d1 == 0:
-        lb = ub = 0.0
-    return e <= b, decided, lb, ub
+LEAN = 32       # compare_deferred judges outputs of at most this many elements in Python floats
+                # (about 1 us an element; numpy's pass costs about 50 us whatever the size)
+
+
+def _float64_pass_list(gs, his, los, ss, exacts, ku, floor):
+    """``_float64_pass`` on Python lists of floats: the same IEEE double operations in the same
+    order, so the same four results bit for bit (tests/test_compare.py checks it); for outputs of a
+    few elements, where numpy's cost per call exceeds the arithmetic.  The results are finite and
+    the references real (a plain Prepared): no operation here raises (b > slack_b, since the floor
+    is positive)."""
+    passed, decided, lbs, ubs = [], [], [], []
+    for g, hi, lo, s, r_exact in zip(gs, his, los, ss, exacts):
+        b = ku * s + floor
+        d1 = g - hi
+        bb = d1 - g
+        t = (g - (d1 - bb)) + (-hi - bb)
+        e = abs(d1 + (t - lo))
+        slack_e = U * e + 4 * U * U * (abs(d1) + abs(hi)) + TINY
+        slack_b = 4 * U * b + TINY
+        slack = 2 * (slack_e + slack_b)
+        if r_exact and d1 == 0:
+            lb = ub = 0.0
+        else:
+            lb = max(e - slack_e, 0.0) / (b + slack_b) * (1 - 2.0 ** -48)
+            ub = (e + slack_e) / (b - slack_b) * (1 + 2.0 ** -48)
+        passed.append(e <= b)
+        decided.append(abs(e - b) > slack)
+        lbs.append(lb)
+        ubs.append(ub)
+    return passed, decided, lbs, ubs
+
+
+_KU_FLOOR: dict = {}
+
+
+def _ku_floor(family: str, dtype: str):
+    """(K u, floor) of ``family`` at ``dtype`` as the float64 pass takes them."""
+    hit = _KU_FLOOR.get((family, dtype))
+    if hit is None:
+        hit = _KU_FLOOR[(family, dtype)] = (tolerance.K[family] * float(tolerance.UNIT_ROUNDOFF[dtype]),
+                                            float(tolerance.FLOOR[dtype]))
+    return hit
 
 
 class Deferred:
     """One output compared, its largest ratio not yet evaluated: ``lb``/``ub`` each element's ratio
-    interval (the exact ratio where ``known`` holds the element's exact comparison), ``lb_max`` and
-    ``ub_max`` their largest values."""
+    interval (the exact ratio where ``known`` holds the element's exact comparison; Python lists
+    for an output of at most LEAN elements, numpy arrays otherwise), ``lb_max`` and ``ub_max``
+    their largest values."""
 
     __slots__ = ("g", "prep", "family", "dtype", "lb", "ub", "known", "lb_max", "ub_max")
 
     def __init__(self, g, prep, family, dtype, lb, ub, known):
         self.g, self.prep, self.family, self.dtype = g, prep, family, dtype
         self.lb, self.ub, self.known = lb, ub, known
-        self.lb_max, self.ub_max = float(lb.max()), float(ub.max())
+        if type(lb) is list:
+            self.lb_max, self.ub_max = max(lb), max(ub)
+        else:
+            self.lb_max, self.ub_max = float(lb.max()), float(ub.max())
+
+    def candidates(self, best: float) -> list:
+        """The elements whose ratio interval can hold ``best`` or more (those above 0 when ``best``
+        is 0)."""
+        ub = self.ub
+        if type(ub) is list:
+            if best == 0.0:
+                return [k for k, u in enumerate(ub) if u > 0]
+            return [k for k, u in enumerate(ub) if u >= best]
+        return (np.flatnonzero(ub > 0) if best == 0.0 else np.flatnonzero(ub >= best)).tolist()
 
 
 def compare_deferred(g, prep: Prepared, family: str, dtype: str):
@@ -798,28 +843,27 @@ def compare_deferred(g, prep: Prepared, family: str, dtype: str):
     n = len(prep)
     if _MODE == "exact" or n == 0 or not prep.plain:
         return compare_prepared(g, prep, family, dtype, stop_at_failure=True), None
-    ku, floor = tolerance.K[family] * float(tolerance.UNIT_ROUNDOFF[dtype]), float(tolerance.FLOOR[dtype])
-    if n <= SMALL:
+    ku, floor = _ku_floor(family, dtype)
+    if n <= LEAN:
         gl = g.tolist()
-        if not all(math.isfinite(x) for x in gl):
+        if not all(map(math.isfinite, gl)):
             return compare_prepared(g, prep, family, dtype, stop_at_failure=True), None
-        rows = [_float64_pass_scalar(x, hi, lo, s, ex, ku, floor) for x, hi, lo, s, ex in
-                zip(gl, prep.r_hi.tolist(), prep.r_lo.tolist(), prep.s.tolist(), prep.r_exact.tolist())]
-        passed, decided, lb, ub = (np.array(col) for col in zip(*rows))
+        passed, decided, lb, ub = _float64_pass_list(gl, *prep.lists(), ku, floor)
+        undecided = [k for k, d in enumerate(decided) if not d]
     else:
         if not np.isfinite(g).all():
             return compare_prepared(g, prep, family, dtype, stop_at_failure=True), None
         passed, decided, lb, ub = _float64_pass(g, prep.r_hi, prep.r_lo, prep.s, prep.r_exact, ku, floor)
+        undecided = np.flatnonzero(~decided).tolist()
     STATS.elements += n
-    undecided = np.flatnonzero(~decided)
     STATS.fallbacks += len(undecided)
     STATS.fast += n - len(undecided)
     known: dict = {}
     _resolve(g, prep, passed, lb, ub, undecided, known, family, dtype)
-    out = Outcome(compared=n, passed=passed)
-    fails = np.flatnonzero(~passed)
-    if fails.size:
-        k = int(fails[0])
+    out = Outcome(compared=n, passed=np.asarray(passed))
+    k = next((k for k, ok in enumerate(passed) if not ok), -1) if type(passed) is list else \
+        (int(np.argmin(passed)) if not passed.all() else -1)
+    if k >= 0:
         c = known.get(k)
         if c is None:
             c = _exact(float(g[k]), prep, k, family, dtype)
@@ -839,9 +883,8 @@ def largest_ratio(deferred: list, at_least: float = 0.0) -> float:
     best = max([at_least] + [d.lb_max for d in deferred])
     top = at_least
     for d in deferred:
-        cand = np.flatnonzero(d.ub > 0) if best == 0.0 else np.flatnonzero(d.ub >= best)
         seen: dict = {}     # equal (result, reference, scale): one evaluation
-        for k in cand.tolist():
+        for k in d.candidates(best):
             c = d.known.get(k)
             if c is None:
                 same = (float(d.g[k]), _hashable(d.prep.ref_at(k)), _hashable(d.prep.scale_at(k)))

@@ -202,8 +202,8 @@ def test_cases_compared_together_equal_each_case_alone_at_the_bound(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
-def test_the_scalar_float64_pass_is_the_vectorized_one_bit_for_bit(dtype):
-    """compare._float64_pass_scalar (outputs of a few elements, in Python floats) gives the same
+def test_the_list_float64_pass_is_the_vectorized_one_bit_for_bit(dtype):
+    """compare._float64_pass_list (outputs of a few elements, in Python floats) gives the same
     (passed, decided, lb, ub) as the numpy pass, element by element, at the bound and away from it."""
     refs, scales, gots = _at_the_bound(dtype, "loss", seed=3)
     rng = random.Random(4)
@@ -214,9 +214,8 @@ def test_the_scalar_float64_pass_is_the_vectorized_one_bit_for_bit(dtype):
     ku = tolerance.K["loss"] * float(tolerance.UNIT_ROUNDOFF[dtype])
     floor = float(tolerance.FLOOR[dtype])
     vec = compare._float64_pass(np.array(gots), prep.r_hi, prep.r_lo, prep.s, prep.r_exact, ku, floor)
-    one = [compare._float64_pass_scalar(g, hi, lo, sc, ex, ku, floor) for g, hi, lo, sc, ex in
-           zip(gots, prep.r_hi.tolist(), prep.r_lo.tolist(), prep.s.tolist(), prep.r_exact.tolist())]
-    for col, (a, b) in enumerate(zip(vec, zip(*one))):
+    one = compare._float64_pass_list(gots, *prep.lists(), ku, floor)
+    for col, (a, b) in enumerate(zip(vec, one)):
         assert np.array_equal(a, np.array(b)), col
     assert not vec[1].all() and vec[1].any() and not vec[0].all()     # undecided and failing elements too
 
