@@ -708,9 +708,10 @@ def _finish(out: Outcome, g, prep, passed, known: dict, family, dtype, stop_at_f
         ref_at, scale_at = refs.__getitem__, scales.__getitem__
     else:
         ref_at, scale_at = prep.ref_at, prep.scale_at
+    tie = len(cand) > 1     # one candidate (the common case) has nothing to share: no key is made
     for k in cand.tolist():
         if k not in exact_ratio:
-            same = (float(g[k]), _hashable(ref_at(k)), _hashable(scale_at(k)))
+            same = (float(g[k]), _hashable(ref_at(k)), _hashable(scale_at(k))) if tie else None
             c = seen.get(same)
             if c is None:
                 c = seen[same] = _exact(float(g[k]), prep, k, family, dtype)
@@ -884,10 +885,12 @@ def largest_ratio(deferred: list, at_least: float = 0.0) -> float:
     top = at_least
     for d in deferred:
         seen: dict = {}     # equal (result, reference, scale): one evaluation
-        for k in d.candidates(best):
+        cand = d.candidates(best)
+        tie = len(cand) > 1
+        for k in cand:
             c = d.known.get(k)
             if c is None:
-                same = (float(d.g[k]), _hashable(d.prep.ref_at(k)), _hashable(d.prep.scale_at(k)))
+                same = (float(d.g[k]), _hashable(d.prep.ref_at(k)), _hashable(d.prep.scale_at(k))) if tie else None
                 c = seen.get(same)
                 if c is None:
                     c = seen[same] = _exact(float(d.g[k]), d.prep, k, d.family, d.dtype)
