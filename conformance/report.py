@@ -42,6 +42,14 @@ def _rows(summary):
     return [r.to_json() for r in summary.results]
 
 
+def _verdict_rows(summary):
+    """The fields of each result that ``formula_verdicts`` reads, as it reads them in ``_rows`` (read
+    only: nothing is copied; a non-finite ratio stays a float, which is what ``_rows``' string of it
+    reads back as)."""
+    return [{"formula": r.formula, "category": r.category, "outcome": r.outcome, "error_ratio": r.error_ratio,
+             "declaration": r.declaration, "message": r.message} for r in summary.results]
+
+
 def _bad(summary):
     return [r for r in summary.results if r.outcome in ("fail", "error", "stale-deviation")]
 
@@ -63,7 +71,7 @@ def print_matrix(summary, adapter, device, dtypes):
     table.add_column("verdict", no_wrap=True)
     for k in ("pass", "bug", "convention", "not-applicable"):
         table.add_column(k.replace("not-applicable", "n/a"), justify="right")
-    for fid, v in formula_verdicts(_rows(summary)).items():
+    for fid, v in formula_verdicts(_verdict_rows(summary)).items():
         text = verdict_text(v)
         style = "red" if v["verdict"] in ("fail", "error", "stale") else (
             "yellow" if v["verdict"] in ("bug", "convention") else "green" if v["verdict"] == "pass" else "dim")

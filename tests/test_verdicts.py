@@ -376,3 +376,23 @@ def test_rule_globs_match_exactly_as_fnmatchcase():
         for case_id, formula_id in names:
             want = any(fnmatch.fnmatchcase(case_id, g) or fnmatch.fnmatchcase(formula_id, g) for g in d.ids)
             assert d.matches_id(case_id, formula_id) == want, (d.ids, case_id, formula_id)
+
+
+def test_the_tables_rows_give_the_verdicts_the_json_rows_give():
+    """The terminal table reads each result's fields in place (report._verdict_rows); the verdicts
+    are those of the JSON rows (report._rows): bugs with their rules, errors, infinite ratios,
+    expected-error cases, unsupported formulas."""
+    from pgspec.conformance import report
+
+    text = f"""
+[[rule]]
+ids = ["ratio.sequence_geometric"]
+kind = "bug"
+reason = "exp(sum) where exp(mean) is specified"
+link = "{LINK}"
+"""
+    a = adapter({"ratio.sequence_geometric": _exp_of_sum, "ratio.token": _crash}, text)
+    summary = run(a, "ratio.sequence_geometric,ratio.token,kl.k3", errors=True)
+    assert {r.outcome for r in summary.results} >= {"bug", "error", "unsupported"}
+    assert any(r.error_ratio is not None and r.error_ratio == float("inf") for r in summary.results)
+    assert formula_verdicts(report._verdict_rows(summary)) == formula_verdicts(report._rows(summary))
