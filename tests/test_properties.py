@@ -198,3 +198,28 @@ def test_unsupported_when_the_adapter_lacks_a_formula():
     outcomes = {(r.property, r.formula): r.outcome for r in results}
     assert outcomes[("prop.cp_rank_sum", "agg.token_mean")] == "unsupported"
     assert outcomes[("prop.length_independence", "ratio.sequence_geometric")] == "pass"
+
+
+def test_clamp_checks_report_a_value_outside_its_bounds_and_a_gradient_on_the_clamped_side():
+    """prop.clamp's checks (made once per example, used for every dtype) on a result of the
+    reference: none; with one ratio past exp(c) and a gradient at a clamped token: both named,
+    and the same the second time (the example's checks reused)."""
+    from pgspec.conformance.properties import clamp
+    from pgspec.conformance.properties._common import ref
+
+    fid = "ratio.token"
+    ex = next(e for e in P.fixed_examples("prop.clamp", fid) if e["params"]["log_ratio_clamp"] == 0.125)
+    r = ref(fid, ex["inputs"], ex["params"])
+    out, grad = {"ratio": [list(row) for row in r["ratio"]]}, [list(row) for row in r["grad"]["logprobs"]]
+    assert clamp._clamp_checks(fid, ex, out, grad, lambda v: 0) == []
+    mask, lp, old = ex["inputs"]["mask"], ex["inputs"]["logprobs"], ex["inputs"]["old_logprobs"]
+    clamped = [(i, t) for i, row in enumerate(mask) for t, m in enumerate(row) if m and abs(lp[i][t] - old[i][t]) > 0.125]
+    kept = [(i, t) for i, row in enumerate(mask) for t, m in enumerate(row) if m]
+    assert clamped, "the example has a clamped token"
+    (i, t), (j, s) = clamped[0], kept[0]
+    grad[i][t] = 1e-3
+    out["ratio"][j][s] = 1.5          # exp(0.125) = 1.133
+    for _ in range(2):
+        bad = clamp._clamp_checks(fid, ex, out, grad, lambda v: 0)
+        assert any(b.startswith(f"ratio[{j}][{s}] = 1.5 outside") for b in bad), bad
+        assert any(b.startswith(f"ratio[{i}][{t}]: gradient 0.001 on the clamped side") for b in bad), bad

@@ -37,16 +37,12 @@ def _clamp_checks(fid, ex, out, grad, tol, closed_form=True):
     """Violations of the clamp spec of ``fid`` in (out, grad) (nested lists of floats or mpf).
     ``tol(value)`` is the slack allowed in a bound comparison (0 on the reference)."""
     with mp.workdps(60):
-        return _clamp_checks_at_precision(fid, ex, out, grad, tol, closed_form)
+        return _apply(_plan(fid, ex), out, grad, _memo(tol), closed_form)
 
 
-def _clamp_checks_at_precision(fid, ex, out, grad, tol, closed_form):
-    p, inputs = ex["params"], ex["inputs"]
-    mask = inputs["mask"]
+def _apply(plan, out, grad, tol, closed_form):
+    """The checks of ``plan`` (``_plan``) on one result, in the plan's order."""
     bad = []
-    exp = _memo(lambda x: mp.exp(mpf(x)))
-    tol = _memo(tol)        # the bounds are the same few values at every token
-    rows = range(len(mask))
 
     def within(label, v, lo, hi):
         if v is None:
@@ -55,9 +51,58 @@ def _clamp_checks_at_precision(fid, ex, out, grad, tol, closed_form):
         if not mp.isfinite(v) or (lo is not None and v < lo - tol(lo)) or (hi is not None and v > hi + tol(hi)):
             bad.append(f"{label} = {_fmt(v)} outside [{_fmt(lo)}, {_fmt(hi)}]")
 
-    def zero_grad(label, g):
-        if g != 0:
-            bad.append(f"{label}: gradient {_fmt(g)} on the clamped side (must be exactly 0)")
+    for op, label, *args in plan:
+        if op == "within":                      # out[key][i][t] (t None: out[key][i]) within [lo, hi]
+            key, i, t, lo, hi = args
+            within(label, out[key][i][t] if t is not None else out[key][i], lo, hi)
+        elif op == "row":                       # every value of out[key][i] (a row or one value) <= hi
+            key, i, hi = args
+            row = out[key][i]
+            for v in (row if isinstance(row, list) else [row]):
+                within(label, v, None, hi)
+        elif op == "kept":                      # a weight kept (not 0) at an unmasked token within [lo, hi]
+            i, t, m, lo, hi = args
+            w = out["weight"][i][t]
+            if m and w is not None and mpf(w) != 0:
+                within(label, w, lo, hi)
+        elif op == "kl":                        # the clamped estimate, in closed form (the reference only)
+            i, t, want, text = args
+            v = out["kl"][i][t]
+            if closed_form and (v is None or not mp.isfinite(mpf(v))
+                                or abs(mpf(v) - want) > tol(want) + mpf(10) ** -REF_DIGITS * (1 + abs(want))):
+                bad.append(f"kl[{i}][{t}] = {_fmt(v)} {text}")
+        else:                                   # "zero": the gradient at a clamped token
+            i, t = args
+            g = grad[i][t]
+            if g != 0:
+                bad.append(f"{label}: gradient {_fmt(g)} on the clamped side (must be exactly 0)")
+    return bad
+
+
+_PLANS: dict = {}
+
+
+def _plan(fid, ex) -> list:
+    """The checks of the clamp spec of ``fid`` on example ``ex``, in order: what they read of a
+    result and the bounds they hold it to.  They depend on the example only (the log-ratios, which
+    tokens are clamped): made once per example and used for every dtype (at 60 digits)."""
+    key = (fid, id(ex))
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is ex:
+        return hit[1]
+    plan = _make_plan(fid, ex)
+    if len(_PLANS) > 4096:
+        _PLANS.clear()
+    _PLANS[key] = (ex, plan)
+    return plan
+
+
+def _make_plan(fid, ex) -> list:
+    p, inputs = ex["params"], ex["inputs"]
+    mask = inputs["mask"]
+    plan = []
+    exp = _memo(lambda x: mp.exp(mpf(x)))
+    rows = range(len(mask))
 
     def d(i, t, a="logprobs", b="old_logprobs"):
         return mpf(inputs[a][i][t]) - mpf(inputs[b][i][t])
@@ -67,41 +112,37 @@ def _clamp_checks_at_precision(fid, ex, out, grad, tol, closed_form):
         for i in rows:
             for t, m in enumerate(mask[i]):
                 if m:
-                    within(f"ratio[{i}][{t}]", out["ratio"][i][t], exp(-c), exp(c))
+                    plan.append(("within", f"ratio[{i}][{t}]", "ratio", i, t, exp(-c), exp(c)))
                     if abs(d(i, t)) > c:
-                        zero_grad(f"ratio[{i}][{t}]", grad[i][t])
+                        plan.append(("zero", f"ratio[{i}][{t}]", i, t))
     elif fid == "ratio.sequence_product":
         c = mpf(p["log_ratio_clamp"])
         for i in rows:
-            within(f"ratio[{i}]", out["ratio"][i], exp(-c), exp(c))
+            plan.append(("within", f"ratio[{i}]", "ratio", i, None, exp(-c), exp(c)))
             if abs(mp.fsum(d(i, t) for t, m in enumerate(mask[i]) if m)) > c:
                 for t, m in enumerate(mask[i]):
                     if m:
-                        zero_grad(f"ratio[{i}] token {t}", grad[i][t])
+                        plan.append(("zero", f"ratio[{i}] token {t}", i, t))
     elif fid in ("ratio.sequence_geometric", "ratio.gspo_token"):
         c = mpf(p["log_ratio_max"])
         for i in rows:
-            vals = out["ratio"][i] if isinstance(out["ratio"][i], list) else [out["ratio"][i]]
-            for v in vals:
-                within(f"ratio[{i}]", v, None, exp(c))
+            plan.append(("row", f"ratio[{i}]", "ratio", i, exp(c)))
             ts = [t for t, m in enumerate(mask[i]) if m]
             if fid == "ratio.sequence_geometric" and ts and mp.fsum(d(i, t) for t in ts) / len(ts) > c:
                 for t in ts:
-                    zero_grad(f"ratio[{i}] token {t}", grad[i][t])
+                    plan.append(("zero", f"ratio[{i}] token {t}", i, t))
     elif fid.startswith("is.") and fid.endswith(".truncate"):
         lo = mpf(p["c_min"]) if p.get("c_min") is not None else None
         hi = mpf(p["c_max"]) if p.get("c_max") is not None else None
         for i in rows:
             for t, m in enumerate(mask[i]):
                 if m:
-                    within(f"weight[{i}][{t}]", out["weight"][i][t], lo, hi)
+                    plan.append(("within", f"weight[{i}][{t}]", "weight", i, t, lo, hi))
     elif fid.startswith("is.") and fid.endswith(".mask"):
         lo, hi = mpf(p["c_min"]), mpf(p["c_max"])
         for i in rows:
             for t, m in enumerate(mask[i]):
-                w = out["weight"][i][t]
-                if m and w is not None and mpf(w) != 0:
-                    within(f"weight[{i}][{t}] (kept)", w, lo, hi)
+                plan.append(("kept", f"weight[{i}][{t}] (kept)", i, t, m, lo, hi))
     elif fid in ("kl.k1", "kl.k2", "kl.k3", "kl.abs"):
         a, b = p.get("log_ratio_min"), p.get("log_ratio_max")
         lo, hi = p.get("output_min"), p.get("output_max")
@@ -114,14 +155,11 @@ def _clamp_checks_at_precision(fid, ex, out, grad, tol, closed_form):
                 want = _kl_estimate(fid, xc)
                 if lo is not None:
                     want = min(max(want, mpf(lo)), mpf(hi))
-                v = out["kl"][i][t]
-                if closed_form and (v is None or not mp.isfinite(mpf(v))
-                                    or abs(mpf(v) - want) > tol(want) + mpf(10) ** -REF_DIGITS * (1 + abs(want))):
-                    bad.append(f"kl[{i}][{t}] = {_fmt(v)} at x = {_fmt(x)}, but the clamp of x to [{a}, {b}] comes "
-                               f"first: {fid} of the clamped x{' then clamped to the output bounds' if lo is not None else ''} "
-                               f"is {_fmt(want)}")
+                text = (f"at x = {_fmt(x)}, but the clamp of x to [{a}, {b}] comes first: {fid} of the clamped x"
+                        f"{' then clamped to the output bounds' if lo is not None else ''} is {_fmt(want)}")
+                plan.append(("kl", None, i, t, want, text))
                 if (a is not None and (x < mpf(a) or x > mpf(b))) or (lo is not None and not (mpf(lo) < want < mpf(hi))):
-                    zero_grad(f"kl[{i}][{t}]", grad[i][t])
+                    plan.append(("zero", f"kl[{i}][{t}]", i, t))
     elif fid == "surrogate.ppo_clip":
         el, eh = mpf(p["eps_low"]), mpf(p["eps_high"])
         for i in rows:
@@ -131,7 +169,7 @@ def _clamp_checks_at_precision(fid, ex, out, grad, tol, closed_form):
                 A = mpf(inputs["advantages"][i]) if not isinstance(inputs["advantages"][i], list) else mpf(inputs["advantages"][i][t])
                 r = exp(d(i, t))
                 if (A > 0 and r > 1 + eh) or (A < 0 and r < 1 - el):
-                    zero_grad(f"loss[{i}][{t}] (A = {_fmt(A)}, r = {_fmt(r)})", grad[i][t])
+                    plan.append(("zero", f"loss[{i}][{t}] (A = {_fmt(A)}, r = {_fmt(r)})", i, t))
     elif fid == "surrogate.cispo":
         if p.get("cap_form") == "absolute":
             lo, hi = None, mpf(p["eps_high"])
@@ -140,8 +178,8 @@ def _clamp_checks_at_precision(fid, ex, out, grad, tol, closed_form):
         for i in rows:
             for t, m in enumerate(mask[i]):
                 if m:
-                    within(f"weight[{i}][{t}]", out["weight"][i][t], lo, hi)
-    return bad
+                    plan.append(("within", f"weight[{i}][{t}]", "weight", i, t, lo, hi))
+    return plan
 
 
 CLAMP_PARAMS = {
