@@ -174,3 +174,22 @@ def test_case_result_json_is_what_asdict_gives():
         if result.first_failure is not None:     # a copy: the report never shares the result's dicts
             assert got["first_failure"] is not result.first_failure
             assert got["declaration"]["nested"] is not result.declaration["nested"]
+
+
+def test_property_result_json_is_what_asdict_gives():
+    import dataclasses
+    import math
+
+    from pgspec.conformance.properties import PropertyResult
+
+    failing = PropertyResult("prop.clamp", "kl.k3", "float32", "cpu", "fail", message="m",
+                             example={"inputs": {"x": [[1.0, "nan"]]}, "params": {"c": 2}}, repro="r",
+                             error_ratio=math.inf, examples=3)
+    for result in (failing, PropertyResult("prop.padding", "kl.k1", "float64", "cpu", "pass", error_ratio=0.25)):
+        want = dataclasses.asdict(result)
+        if want["error_ratio"] is not None and not math.isfinite(want["error_ratio"]):
+            want["error_ratio"] = str(want["error_ratio"])
+        got = result.to_json()
+        assert got == want and list(got) == list(want)
+        if result.example is not None:      # a copy: the report never shares the result's example
+            assert got["example"]["inputs"]["x"] is not result.example["inputs"]["x"]

@@ -3,12 +3,13 @@ comparisons through the comparison core (conformance/compare.py)."""
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import math
 import os
 import pickle
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Callable
 
@@ -50,10 +51,17 @@ class PropertyResult:
     examples: int = 0
 
     def to_json(self):
-        d = asdict(self)
+        # as dataclasses.asdict gives it (a deep copy), without its generic walk: the fields are
+        # flat except the example, a tree of JSON values
+        d = {name: getattr(self, name) for name in _PROPERTY_RESULT_FIELDS}
+        if d["example"] is not None:
+            d["example"] = copy.deepcopy(d["example"])
         if d["error_ratio"] is not None and not math.isfinite(d["error_ratio"]):
             d["error_ratio"] = str(d["error_ratio"])
         return d
+
+
+_PROPERTY_RESULT_FIELDS = tuple(f.name for f in fields(PropertyResult))
 
 
 @dataclass(frozen=True)
