@@ -604,6 +604,18 @@ def _float64_pass(gg, hi, lo, s, r_exact, ku, floor):
     return e <= b, decided, lb, ub
 
 
+_KU_FLOOR: dict = {}
+
+
+def _ku_floor(family: str, dtype: str):
+    """(K u, floor) of ``family`` at ``dtype`` as the float64 pass takes them."""
+    hit = _KU_FLOOR.get((family, dtype))
+    if hit is None:
+        hit = _KU_FLOOR[(family, dtype)] = (tolerance.K[family] * float(tolerance.UNIT_ROUNDOFF[dtype]),
+                                            float(tolerance.FLOOR[dtype]))
+    return hit
+
+
 def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_failure: bool = False) -> Outcome:
     """Compare float64 values ``g`` (gathered at ``prep.paths``) with the prepared reference."""
     n = len(prep)
@@ -618,7 +630,7 @@ def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_fail
         # comparison of each costs less than the vectorized pass
         STATS.small += n
         return _compare_exact(g, prep, family, dtype, out, stop_at_failure)
-    K, u_t, floor = tolerance.K[family], float(tolerance.UNIT_ROUNDOFF[dtype]), float(tolerance.FLOOR[dtype])
+    ku, floor = _ku_floor(family, dtype)
     # exact-known results: cmp objects by position
     known: dict[int, tolerance.Comparison] = {}
     kind = prep.kind
@@ -626,7 +638,7 @@ def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_fail
     if prep.plain and finite_g.all():
         # every reference real and every result finite (the common case): the float64 pass on the
         # whole arrays, no selection
-        passed, decided, ratio_lb, ratio_ub = _float64_pass(g, prep.r_hi, prep.r_lo, prep.s, prep.r_exact, K * u_t, floor)
+        passed, decided, ratio_lb, ratio_ub = _float64_pass(g, prep.r_hi, prep.r_lo, prep.s, prep.r_exact, ku, floor)
         undecided = np.flatnonzero(~decided)
         STATS.fallbacks += len(undecided)
         STATS.fast += n - len(undecided)
@@ -643,7 +655,7 @@ def compare_prepared(g, prep: Prepared, family: str, dtype: str, *, stop_at_fail
         # the float64 pass on the real references with finite results
         fast = (kind == _KIND_REAL) & finite_g
         ok, decided, lb, ub = _float64_pass(g[fast], prep.r_hi[fast], prep.r_lo[fast], prep.s[fast],
-                                            prep.r_exact[fast], K * u_t, floor)
+                                            prep.r_exact[fast], ku, floor)
         idx_fast = np.flatnonzero(fast)
         passed[idx_fast] = ok
         ratio_lb[idx_fast] = lb
@@ -793,18 +805,6 @@ def _float64_pass_list(gs, his, los, ss, exacts, ku, floor):
         lbs.append(lb)
         ubs.append(ub)
     return passed, decided, lbs, ubs
-
-
-_KU_FLOOR: dict = {}
-
-
-def _ku_floor(family: str, dtype: str):
-    """(K u, floor) of ``family`` at ``dtype`` as the float64 pass takes them."""
-    hit = _KU_FLOOR.get((family, dtype))
-    if hit is None:
-        hit = _KU_FLOOR[(family, dtype)] = (tolerance.K[family] * float(tolerance.UNIT_ROUNDOFF[dtype]),
-                                            float(tolerance.FLOOR[dtype]))
-    return hit
 
 
 class Deferred:
@@ -1266,11 +1266,11 @@ def compare_cases(items: list, dtype: str) -> list:
             outs[i] = _keyed(compare_prepared(g, joined, family, dtype), checks)
     if not batch:
         return outs
-    u_t, floor = float(tolerance.UNIT_ROUNDOFF[dtype]), float(tolerance.FLOOR[dtype])
+    floor = float(tolerance.FLOOR[dtype])
     sizes = [len(j) for _, _, j, _ in batch]
     starts = np.cumsum([0] + sizes)
     g_all = np.concatenate([g for _, g, _, _ in batch])
-    ku = np.repeat(np.array([tolerance.K[fam] * u_t for _, _, _, fam in batch]), sizes)
+    ku = np.repeat(np.array([_ku_floor(fam, dtype)[0] for _, _, _, fam in batch]), sizes)
     passed, decided, lb, ub = _float64_pass(g_all, *(np.concatenate([getattr(j, name) for _, _, j, _ in batch])
                                                      for name in ("r_hi", "r_lo", "s", "r_exact")), ku, floor)
     # a case with a non-finite result leaves the batch (compare_prepared decides those elements
