@@ -8,7 +8,8 @@ those tests.  pass -> passed; fail, error or stale-deviation -> failed (with the
 element, a repro snippet and the command that reruns the test); a declared bug or convention ->
 xfailed with its reason and link.  Cases of formulas the adapter does not implement, dtypes it does
 not support, and cases outside its declared capabilities are deselected (one summary line says how
-many), not skipped one by one.  Without the option the plugin does nothing.
+many; under pytest-xdist, in the controller's closing summary), not skipped one by one.  Without the
+option the plugin does nothing.
 """
 
 from __future__ import annotations
@@ -234,7 +235,35 @@ def pytest_report_collectionfinish(config, start_path, items):
     info = getattr(config, "_pgspec_deselected", None)
     if not info:
         return None
-    adapter = config._pgspec_adapter
+    return _summary_line(config._pgspec_adapter, info)
+
+
+# With pytest-xdist (``pytest -n N``) the workers collect and deselect, and the controller, which
+# prints, collects nothing: each worker hands its counts back when it is done (``workeroutput``),
+# and the controller prints the same line in its closing summary.
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)     # set on an xdist worker only
+    info = getattr(session.config, "_pgspec_deselected", None)
+    if workeroutput is not None and info:
+        workeroutput["pgspec_deselected"] = info
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist: a worker is done (every worker deselects the same tests: the first one's counts)."""
+    info = getattr(node, "workeroutput", {}).get("pgspec_deselected")
+    if info and not getattr(node.config, "_pgspec_deselected", None):
+        node.config._pgspec_deselected = info
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    info = getattr(config, "_pgspec_deselected", None)
+    if info and config.pluginmanager.getplugin("dsession") is not None:    # the xdist controller
+        terminalreporter.write_line(_summary_line(config._pgspec_adapter, info))
+
+
+def _summary_line(adapter, info) -> str:
     parts = []
     if info["unimplemented"]:
         parts.append(f"{info['unimplemented']} tests of {info['formulas']} formulas that {adapter.name} "

@@ -45,6 +45,20 @@ def test_unimplemented_formulas_are_deselected_with_one_summary_line(user_repo):
     assert f"collected {len(cases)} items / {others} deselected / {len(implemented)} selected" in r.stdout
 
 
+def test_under_xdist_the_controller_prints_the_deselection_line(user_repo):
+    """With ``pytest -n 2`` the workers collect and deselect; the line that says how many tests were
+    deselected, and why, still reaches the user (from the controller, in its closing summary)."""
+    pytest.importorskip("xdist")
+    args = ("--pgspec-adapter", "mymod:adapter", "--pgspec-formulas", "ratio.*", "--pgspec-dtype", "float64")
+    serial = pytest_run(*args, cwd=user_repo)
+    line = next(ln for ln in serial.stdout.splitlines() if ln.startswith("pgspec: "))
+    assert "deselected" in line, line
+    r = pytest_run("-n", "2", *args, cwd=user_repo)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 workers" in r.stdout, r.stdout[-1500:]
+    assert [ln for ln in r.stdout.splitlines() if ln.startswith("pgspec: ")] == [line], r.stdout[-1500:]
+
+
 def test_a_failing_tests_printed_id_reruns_it(user_repo):
     r = pytest_run("--pgspec-adapter", "mymod:broken", "--pgspec-formulas", "ratio.token", "--pgspec-dtype",
                    "float64,float32", cwd=user_repo)
