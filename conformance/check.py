@@ -173,10 +173,16 @@ def _clip_bands(eps_low: float, eps_high: float, clamp=None) -> list:
     return bands
 
 
+def pcg64(seed: int) -> np.random.Generator:
+    """numpy's PCG64 seeded with ``seed mod 2^64``: a check's seed is taken mod 2^64 throughout, as
+    pgspec-splitmix64/1 takes it (PCG64 itself rejects a negative seed and reads a larger one whole)."""
+    return np.random.Generator(np.random.PCG64(int(seed) % 2 ** 64))
+
+
 def draw_log_ratios(shape, seed: int, eps_low: float, eps_high: float, clamp=None) -> np.ndarray:
     """rho for every token (float64, ``shape``): the bands of ``_clip_bands`` with equal chance."""
     bands = _clip_bands(eps_low, eps_high, clamp)
-    rng = np.random.Generator(np.random.PCG64(seed))
+    rng = pcg64(seed)
     band = rng.integers(0, len(bands), size=shape)
     u = rng.uniform(0.0, 1.0, size=shape)
     return np.choose(band, [_place(pieces, u) for pieces in bands])

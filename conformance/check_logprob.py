@@ -7,7 +7,7 @@ chunk (TRL's ``ChunkedLogProbFunction``, Liger's fused linear losses).  So the c
 
 - X entries k / 16 with k uniform in [-16, 16], W entries uniform in {-1/2, 0, 1/2}, targets y
   uniform in [0, V), the ragged right-padded mask of ``check.seeded_inputs`` (numpy PCG64 seeded
-  with ``seed``; X and W are exact in bfloat16).  Every product X_h W_vh is a multiple of 2^-5 of
+  with ``seed mod 2^64``; X and W are exact in bfloat16).  Every product X_h W_vh is a multiple of 2^-5 of
   magnitude <= 1/2, so every logit z = sum_h X_h W_vh is computed exactly in float32 (and float64)
   for H <= 2^19, whatever the order of the sum; in bfloat16 a kernel that rounds z to bfloat16
   commits that rounding, which is judged like any other.
@@ -51,7 +51,9 @@ def seeded_head(B: int, T: int, V: int, H: int = DEFAULT_HIDDEN, seed: int = 0, 
         raise ValueError(f"--vocab must be >= 2, got {V}")
     if not 1 <= H <= 2 ** 19:
         raise ValueError(f"--hidden must be in [1, 2^19] (exact logits), got {H}")
-    rng = np.random.Generator(np.random.PCG64(seed))
+    from .check import pcg64
+
+    rng = pcg64(seed)
     hidden = (rng.integers(-16, 17, size=(B, T, H), dtype=np.int8).astype(np.float32)) / 16
     weight = (rng.integers(-1, 2, size=(V, H), dtype=np.int8).astype(np.float32)) / 2
     targets = rng.integers(0, V, size=(B, T), dtype=np.int64)

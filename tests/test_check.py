@@ -339,6 +339,23 @@ def test_the_chunk_is_a_memory_setting_only(formula, params):
         assert other.keys() == one.keys() and all(torch.equal(other[k], one[k]) for k in one), chunk
 
 
+def test_the_seed_is_taken_mod_2_64_by_every_generator():
+    """A negative seed crashed the check (numpy's PCG64 rejects it) where the seeded inputs take the
+    seed mod 2^64; and a seed of 2^64 or more drew other old log-probs than the same seed mod 2^64."""
+    for seed, same in ((-1, 2 ** 64 - 1), (2 ** 64 + 5, 5)):
+        a, b = check.check_inputs("loss.bnpo", 3, 16, seed, {}), check.check_inputs("loss.bnpo", 3, 16, same, {})
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), seed
+        a, b = check_logprob.seeded_head(2, 3, 9, 5, seed=seed), check_logprob.seeded_head(2, 3, 9, 5, seed=same)
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), seed
+    # the old log-probs of a loss check are those of the seed mod 2^64, and differ from another seed's
+    assert not np.array_equal(check.check_inputs("loss.bnpo", 3, 16, 6, {})["old_logprobs"],
+                              check.check_inputs("loss.bnpo", 3, 16, 5, {})["old_logprobs"])
+    adapter = runner.load_adapter("torch")
+    for formula, kw in (("loss.bnpo", {}), ("logprob.token", {"vocab": 9}), ("loss.grpo", {"params": {"beta": 0}})):
+        results = check.run_checks(adapter, formula, 2, 8, seed=-1, **kw)
+        assert [r.outcome for r in results] == ["pass"] and results[0].seed == -1, formula
+
+
 def test_an_adapter_name_instead_of_an_adapter_is_a_usage_error():
     with pytest.raises(check.CheckError, match=r"adapter: an adapter .*got str, which lacks"):
         check.run_checks("torch", "loss.bnpo", 2, 8)
