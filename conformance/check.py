@@ -36,10 +36,15 @@ from . import compare, tolerance
 from .generator import generate_arrays
 
 U64 = 2.0 ** -53
-ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "loss.grpo", "loss.bnpo", "logprob.token")
+ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum", "agg.constant", "agg.prompt_mean",
+                   "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
 HEAD_LOSS_FORMULAS = ("loss.grpo",)       # with --vocab: from hidden states and an LM head (check_head_loss.py)
-PPO_LOSSES = ("loss.grpo", "loss.bnpo")   # old log-probs off the kinks (check_inputs)
+PPO_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo")   # old log-probs off the kinks (check_inputs)
+# Each PPO loss's aggregator (pgspec.reference.loss): loss.dapo's is its parameter `aggregation`
+LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean", "loss.dr_grpo": "agg.constant"}
+# The parameters an aggregator's oracle takes at any value; the others at their defaults only
+AGG_FREE_PARAMS = {"agg.constant": ("divisor", "divide_by")}
 
 
 class CheckError(Exception):
@@ -94,12 +99,13 @@ def parse_shape(text: str) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------------
 # Seeded inputs
 # ------------------------------------------------------------------------------------------------
-def seeded_inputs(formula: str, B: int, T: int, seed: int = 0, ragged: bool = True) -> dict:
+def seeded_inputs(formula: str, B: int, T: int, seed: int = 0, ragged: bool = True, optional=()) -> dict:
     """numpy inputs for ``formula`` from pgspec-splitmix64/1: its real inputs drawn as the corpus's
     scale cases draw them, a right-padded mask (row b keeps T - (b * 7919 mod (T // 4 + 1)) tokens
-    when ``ragged``), group ids b mod 4."""
+    when ``ragged``), group ids b mod 4.  The formula's required inputs, and the optional ones named
+    in ``optional``."""
     f = REGISTRY[formula]
-    names = [i.name for i in f.inputs if not i.optional]
+    names = [i.name for i in f.inputs if not i.optional or i.name in optional]
     fields = [n for n in names if n in ("logprobs", "old_logprobs", "ref_logprobs", "sampler_logprobs", "values",
                                         "advantages", "mask", "group_ids", "document_ids")]
     if len(fields) != len(names):
@@ -218,10 +224,12 @@ def old_logprobs_off_the_kinks(l: np.ndarray, mask: np.ndarray, seed: int, param
 def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     """The inputs of a check: ``seeded_inputs``, and for the PPO losses old log-probs off the kinks
     (``old_logprobs_off_the_kinks``, with the formula's parameters and defaults)."""
-    arrays = seeded_inputs(formula, B, T, seed)
+    p = {q.name: q.default for q in REGISTRY[formula].params}
+    p.update(params)
+    # loss.dapo's prompt_mean aggregation takes the prompt groups (an optional input, refused otherwise)
+    groups = ("group_ids",) if formula == "loss.dapo" and p.get("aggregation") == "prompt_mean" else ()
+    arrays = seeded_inputs(formula, B, T, seed, optional=groups)
     if formula in PPO_LOSSES:
-        p = {q.name: q.default for q in REGISTRY[formula].params}
-        p.update(params)
         arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, p)
     return arrays
 
@@ -301,12 +309,20 @@ def _phantom(k, inexact):
     return ((k >= 2) & inexact).long()
 
 
-def _aggregate_scales(kind, terms, mask, chunk, split=False):
-    """(value, S(value), S(grad) [B, T]) of agg.token_mean / agg.sample_mean over per-token terms,
-    following the reference's nodes: row sums (one "sum" node each), then the division(s) and the
-    sum over rows, then the scale pass backwards.  ``split``: also the A part of S(grad) [B, T] (the
-    sum over paths of |local derivatives|; S(grad) - A is the C part), for a composite that carries
-    the pass on from the differentiated input (check_head_loss.py).
+def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, groups=None):
+    """(value, S(value), S(grad) [B, T]) of an aggregator over per-token terms, following the
+    reference's nodes (pgspec.reference.agg): row sums (one "sum" node each), then the aggregator's
+    divisions and sums, then the scale pass backwards.  ``kind``, at its default parameters:
+
+    - agg.token_mean, agg.seq_mean_token_sum, agg.constant: the sum over rows, divided by the token
+      count, the count of non-empty rows, or ``divisor`` (K or K N, agg.constant's constant);
+    - agg.sample_mean: the mean over non-empty rows of each row's sum / L_i;
+    - agg.prompt_mean: the mean over groups with a token of each group's sum (a sum node over its
+      rows' sums) / D_g, the group's token count; ``groups``: the group id of each row [B].
+
+    ``split``: also the A part of S(grad) [B, T] (the sum over paths of |local derivatives|;
+    S(grad) - A is the C part), for a composite that carries the pass on from the differentiated
+    input (check_head_loss.py).
 
     ``terms(rows)`` gives, for a slice of rows, (x, E(x), dx/dinput or None when the terms are the
     differentiable input itself, inexact) with masked positions zero; it is called once per chunk
@@ -331,8 +347,14 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False):
         Es[sl] = _sum_rounding(L[sl] + _phantom(L[sl], any_inexact[sl]), absum[sl]) + Ex.sum(-1)
     rows = L > 0
     k = rows.sum()
-    if kind == "agg.token_mean":
-        N = L.sum().double()
+    if kind in ("agg.token_mean", "agg.seq_mean_token_sum", "agg.constant"):
+        # v = (sum over the rows' sums) / N: one sum node (an empty row's sum is a constant 0, no term)
+        if kind == "agg.token_mean":
+            N = L.sum().double()
+        elif kind == "agg.seq_mean_token_sum":
+            N = k.double()
+        else:
+            N = torch.tensor(float(divisor), dtype=torch.float64, device=mask.device)
         num = s[rows].sum()
         Enum = _sum_rounding(k + _phantom(k, any_inexact.any()), s[rows].abs().sum()) + Es[rows].sum()
         v = num / N if N > 0 else num * 0
@@ -340,21 +362,44 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False):
         rel_v = _rel(v, Ev)
         A_s = torch.full_like(s, 1.0) / N
         C_s = torch.full_like(s, 1.0) * rel_v / N
-    else:  # agg.sample_mean: q_i = s_i / L_i, v = sum_i q_i / n
-        Ld = torch.where(rows, L.double(), torch.ones_like(s))
-        q = torch.where(rows, s / Ld, torch.zeros_like(s))
-        Eq = torch.where(rows, q.abs() + Es / Ld, torch.zeros_like(s))
-        n = k.double()
-        P = q[rows].sum()
-        # q_i is inexact when some L_i is not a power of two, or its row's terms are inexact
-        q_inexact = ((L[rows] & (L[rows] - 1)) != 0).any() | any_inexact.any()
-        EP = _sum_rounding(k + _phantom(k, q_inexact), q[rows].abs().sum()) + Eq[rows].sum()
+    else:
+        # v = (1/n) sum over units u with D_u > 0 of G_u / D_u: the units are the rows (sample_mean:
+        # G = the row's sum, D = L_i) or the prompt groups (prompt_mean: G = a sum node over the
+        # group's non-empty rows' sums, D = the group's token count)
+        if kind == "agg.sample_mean":
+            unit = None
+            G, EG, D, G_inexact = s, Es, L, any_inexact
+        else:  # agg.prompt_mean
+            _, unit = torch.unique(groups, return_inverse=True)
+            n_units = int(unit.max()) + 1 if B else 0
+
+            def per_unit(x):
+                return torch.zeros(n_units, dtype=x.dtype, device=x.device).index_add_(0, unit, x)
+
+            kg = per_unit(rows.long())
+            G = per_unit(torch.where(rows, s, torch.zeros_like(s)))
+            G_inexact = per_unit((rows & any_inexact).long()) > 0
+            D = per_unit(L.long())
+            EG = (_sum_rounding(kg + _phantom(kg, G_inexact), per_unit(torch.where(rows, s.abs(), torch.zeros_like(s))))
+                  + per_unit(torch.where(rows, Es, torch.zeros_like(s))))
+        units = D > 0
+        Dd = torch.where(units, D.double(), torch.ones_like(G))
+        q = torch.where(units, G / Dd, torch.zeros_like(G))
+        Eq = torch.where(units, q.abs() + EG / Dd, torch.zeros_like(G))
+        ku = units.sum()
+        n = ku.double()
+        P = q[units].sum()
+        # q_u is inexact when some D_u is not a power of two, or its terms are inexact
+        q_inexact = ((D[units] & (D[units] - 1)) != 0).any() | G_inexact[units].any()
+        EP = _sum_rounding(ku + _phantom(ku, q_inexact), q[units].abs().sum()) + Eq[units].sum()
         v = P / n if n > 0 else P * 0
         Ev = v.abs() + EP / n if n > 0 else v * 0
         rel_v = _rel(v, Ev)
         A_q, C_q = 1 / n, rel_v / n
         step_q = C_q + A_q * _rel(q, Eq)
-        A_s, C_s = A_q / Ld, step_q / Ld
+        A_s, C_s = A_q / Dd, step_q / Dd
+        if unit is not None:        # a group's sum passes its cotangent to each of its rows' sums (+1)
+            A_s, C_s = A_s[unit], C_s[unit]
     g = torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
     gA = torch.zeros_like(g) if split else None
     for start in range(0, B, chunk):
@@ -385,21 +430,26 @@ def _param_off(name: str, off: tuple) -> str:
 def describe_formulas() -> str:
     """`pgspec check --list`: each formula with an oracle, its title, and what a check of it needs."""
     lines = []
+    width = max(len(fid) for fid in ORACLE_FORMULAS)
     for fid in ORACLE_FORMULAS:
         f = REGISTRY[fid]
         if fid in VOCAB_FORMULAS:
             needs = ("--vocab V [--hidden H]: through a linear head of exact logits; parameters temperature > 0, "
                      "logit_scale > 0, softcap null")
         elif fid.startswith("agg."):
-            needs = "--shape BxT; its default parameters"
+            free = AGG_FREE_PARAMS.get(fid, ())
+            needs = ("--shape BxT" + (" and --param divisor=K (K > 0; divide_by K or K*N, N = B)" if fid == "agg.constant"
+                                      else "") + "; its " + ("other " if free else "") + "parameters at their defaults"
+                     + ("; prompt groups b mod 4" if fid == "agg.prompt_mean" else ""))
         else:
             defaults = {p.name: p.default for p in f.params}
             give = [_param_off(k, off) for k, off in _RECIPE_OFF if defaults.get(k) not in off]
             needs = ("--shape BxT and its options (KL, IS, OPSM, entropy mask) off"
                      + (f" ({' '.join(give)})" if give else "")
+                     + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean" if fid == "loss.dapo" else "")
                      + ("; with --vocab V [--hidden H] it is checked from hidden states through the adapter's "
                         "fused head" if fid in HEAD_LOSS_FORMULAS else ""))
-        lines.append(f"{fid:<16} {f.title}\n{'':<16} needs {needs}")
+        lines.append(f"{fid:<{width}} {f.title}\n{'':<{width}} needs {needs}")
     return "\n".join(lines)
 
 
@@ -413,9 +463,12 @@ def oracle_params(formula: str, params: dict) -> dict:
     p = {q.name: q.default for q in f.params}
     p.update(params)
     if formula.startswith("agg."):
-        for k, v in p.items():
-            if v not in (None, 0, 0.0, False):
-                raise CheckError(f"{formula}: the oracle scale covers the default parameters only ({k}={v!r})")
+        free = AGG_FREE_PARAMS.get(formula, ())
+        for q in f.params:
+            if q.name not in free and p[q.name] != q.default:
+                raise CheckError(f"{formula}: the oracle scale covers the default parameters only"
+                                 f"{' (and any ' + ', '.join(free) + ')' if free else ''} ({q.name}={p[q.name]!r}); "
+                                 f"leave {q.name} out")
         return p
     for k, off in _RECIPE_OFF:
         if p.get(k) not in off:
@@ -439,7 +492,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
                 xs = torch.where(mask[sl], x[sl], torch.zeros((), dtype=x.dtype, device=x.device))
                 return xs, torch.zeros_like(xs), None, torch.zeros_like(mask[sl])   # inputs are exact
 
-            _, Ev, g = _aggregate_scales(formula, terms, mask, chunk)
+            _, Ev, g = _aggregate_scales(formula, terms, mask, chunk, **_aggregation_args(formula, p, tensors))
             return {"value": Ev, "grad.values": g}
         l, old, adv = (tensors[k].detach() for k in ("logprobs", "old_logprobs", "advantages"))
         eps_low, eps_high, clamp = float(p["eps_low"]), float(p["eps_high"]), p.get("log_ratio_clamp")
@@ -448,9 +501,24 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
             x, Ex, dx = _ppo_terms(l[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
             return x, Ex, dx, x != 0
 
-        kind = "agg.sample_mean" if formula == "loss.grpo" else "agg.token_mean"
-        _, Ev, g = _aggregate_scales(kind, terms, mask, chunk)
+        kind = LOSS_AGGREGATION.get(formula) or f"agg.{p['aggregation']}"
+        _, Ev, g = _aggregate_scales(kind, terms, mask, chunk, **_aggregation_args(kind, p, tensors))
         return {"loss": Ev, "grad.logprobs": g}
+
+
+def _aggregation_args(kind: str, p: dict, tensors: dict) -> dict:
+    """What ``_aggregate_scales`` needs beyond the terms for aggregator ``kind`` under parameters ``p``
+    (an agg.* formula's, or the loss's that aggregates with it): agg.constant's divisor, K or K N
+    (N = B, every sequence: agg.constant's count_empty_sequences, true in the recipes), and
+    agg.prompt_mean's group ids."""
+    if kind == "agg.constant":
+        return {"divisor": float(p["divisor"]) * (tensors["mask"].shape[0] if p["divide_by"] == "K*N" else 1)}
+    if kind == "agg.prompt_mean":
+        if "group_ids" not in tensors:
+            raise CheckError("the prompt_mean aggregation needs the input 'group_ids' (the prompt group of each "
+                             "sequence, [B])")
+        return {"groups": tensors["group_ids"]}
+    return {}
 
 
 def oracle(formula: str, arrays: dict, params: dict, device: str = "cpu", chunk: int = 8):

@@ -54,6 +54,18 @@ def _agree(case_like, out, grads, scales, positions):
     assert n > 0
 
 
+def _agree_on(formula, arrays, params):
+    """``_agree`` on a check's arrays: the mpmath reference evaluated on them (with its scales, kept
+    to 6 digits as the corpus keeps them) against the oracle."""
+    r = evaluate(formula, {k: v.tolist() for k, v in arrays.items()}, params, with_scale=True)
+    f = REGISTRY[formula]
+    ref = {"formula": formula, "outputs": {o.name: golden._map(r[o.name], golden.output_str) for o in f.outputs},
+           "grad": {k: golden._map(v, golden.output_str) for k, v in r["grad"].items()},
+           "scale": {k: golden._map(v, lambda x: golden.output_str(x, 6)) for k, v in r["scale"].items()}}
+    out, grads, scales = check.oracle(formula, arrays, params)
+    _agree(ref, out, grads, scales, None)
+
+
 @pytest.mark.parametrize("case", [c for c in _scale_cases() if _oracle_applies(c)], ids=lambda c: c["id"])
 def test_oracle_agrees_with_the_reference_on_the_scale_cases(case):
     arrays = {k: np.asarray(v) for k, v in golden.case_inputs(case).items()}
@@ -75,19 +87,29 @@ def test_oracle_agrees_with_the_reference_on_a_seeded_ragged_batch(formula, para
     """On a check's own inputs: for the PPO losses, tokens clipped below, inside and clipped above
     (and beyond a log-ratio clamp), so the oracle's every branch meets the reference's."""
     arrays = check.check_inputs(formula, 3, 96, 11, params)
-    inputs = {k: v.tolist() for k, v in arrays.items()}
-    r = evaluate(formula, inputs, params, with_scale=True)
-    f = REGISTRY[formula]
-    fake = {"formula": formula, "outputs": {o.name: golden._map(r[o.name], golden.output_str) for o in f.outputs},
-            "grad": {k: golden._map(v, golden.output_str) for k, v in r["grad"].items()},
-            "scale": {k: golden._map(v, lambda x: golden.output_str(x, 6)) for k, v in r["scale"].items()}}
-    out, grads, scales = check.oracle(formula, arrays, params)
-    _agree(fake, out, grads, scales, None)
+    _agree_on(formula, arrays, params)
+
+
+@pytest.mark.parametrize("formula, params", [
+    ("agg.token_mean", {}), ("agg.sample_mean", {}), ("agg.seq_mean_token_sum", {}), ("agg.prompt_mean", {}),
+    ("agg.constant", {"divisor": 3000}), ("agg.constant", {"divisor": 2.5, "divide_by": "K"}),
+    ("loss.dr_grpo", {}), ("loss.dr_grpo", {"divisor": 64, "divide_by": "K", "eps_high": 0.28}),
+    ("loss.dapo", {}), ("loss.dapo", {"aggregation": "token_mean", "log_ratio_clamp": 0.3}),
+    ("loss.grpo", {"beta": 0.0}), ("loss.bnpo", {})])
+def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
+    """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
+    token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
+    of the counts, as the reference's nodes have them)."""
+    arrays = check.check_inputs(formula, 9, 40, 5, params)
+    arrays["mask"][[2, 6]] = False
+    _agree_on(formula, arrays, params)
 
 
 def test_torch_backend_passes_at_scale_in_float32_and_bfloat16():
     adapter = runner.load_adapter("torch")
-    for formula, params in (("loss.grpo", {"beta": 0.0}), ("loss.bnpo", {}), ("agg.token_mean", {})):
+    for formula, params in (("loss.grpo", {"beta": 0.0}), ("loss.bnpo", {}), ("agg.token_mean", {}),
+                            ("loss.dr_grpo", {}), ("loss.dapo", {}), ("loss.dapo", {"aggregation": "token_mean"}),
+                            ("agg.prompt_mean", {}), ("agg.constant", {"divisor": 3000}), ("agg.seq_mean_token_sum", {})):
         for dtype in ("float32", "bfloat16"):
             res = check.run_check(adapter, formula, 4, 2048, dtype, params=params)
             assert res.outcome == "pass", res.message
@@ -316,6 +338,12 @@ def test_logprob_check_usage_errors():
     ("loss.bnpo", {"params": {"eps_low": "abc"}}, r"--param: .*'eps_low' must be real"),
     ("loss.bnpo", {"params": [("beta", 0)]}, r"params must be a dict"),
     ("loss.grpo", {}, r"options off \(beta=0.04\); give --param beta=0"),
+    ("agg.constant", {}, r"--param: agg.constant: parameter 'divisor' is required"),
+    ("agg.constant", {"params": {"divisor": 8, "count_empty_sequences": False}},
+     r"default parameters only \(and any divisor, divide_by\) \(count_empty_sequences=False\); leave count_empty_sequences out"),
+    ("agg.prompt_mean", {"params": {"step_divisor": "sequences"}}, r"default parameters only \(step_divisor='sequences'\)"),
+    ("loss.dapo", {"params": {"aggregation": "sample_mean"}}, r"--param: loss.dapo: parameter 'aggregation'"),
+    ("loss.dr_grpo", {"params": {"divisor": 0}}, r"--param: loss.dr_grpo: parameter 'divisor'"),
     ("loss.grpo", {"params": {"beta": 0, "is_level": "token"}}, r"give --param is_level=none"),
     ("loss.grpo", {"params": {"beta": 0}, "hidden": 16}, r"--hidden is the width of the linear head of a check with --vocab"),
     ("agg.token_mean", {"hidden": 16}, r"--hidden applies to logprob.token, loss.grpo \(with --vocab\) only"),
@@ -328,11 +356,22 @@ def test_bad_arguments_are_usage_errors_naming_the_argument(formula, kw, match):
         check.run_checks(runner.load_adapter("torch"), formula, B, T, **kw)
 
 
+def test_prompt_groups_are_given_to_the_aggregations_that_take_them_only():
+    """loss.dapo takes group ids with its per-prompt aggregation and refuses them with token_mean;
+    agg.prompt_mean always takes them; every formula with an oracle is listed by --list."""
+    assert "group_ids" in check.check_inputs("loss.dapo", 5, 8, 0, {})
+    assert "group_ids" not in check.check_inputs("loss.dapo", 5, 8, 0, {"aggregation": "token_mean"})
+    assert check.check_inputs("agg.prompt_mean", 5, 8, 0, {})["group_ids"].tolist() == [0, 1, 2, 3, 0]
+    listing = check.describe_formulas()
+    assert all(any(line.startswith(fid + " ") for line in listing.splitlines()) for fid in check.ORACLE_FORMULAS)
+
+
 @pytest.mark.parametrize("formula, params", [("agg.token_mean", {}), ("agg.sample_mean", {}), ("loss.bnpo", {}),
-                                             ("loss.grpo", {"beta": 0})])
+                                             ("loss.grpo", {"beta": 0}), ("agg.prompt_mean", {}),
+                                             ("loss.dapo", {}), ("loss.dr_grpo", {})])
 def test_the_chunk_is_a_memory_setting_only(formula, params):
     """The oracle's scales are the same bits whatever --chunk is (1, part of the batch, all of it, more)."""
-    tensors = check.to_tensors(formula, check.seeded_inputs(formula, 5, 64, seed=3), "float64", "cpu")
+    tensors = check.to_tensors(formula, check.check_inputs(formula, 5, 64, 3, params), "float64", "cpu")
     one = check.oracle_scales(formula, tensors, params, chunk=1)
     for chunk in (2, 5, 100):
         other = check.oracle_scales(formula, tensors, params, chunk=chunk)
