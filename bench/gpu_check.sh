@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `pgspec check` on CUDA at production size (issue 12, item 6): Liger's fused linear GRPO loss and its
-# Triton `triton_grpo_loss` (loss.grpo, and loss.dr_grpo and loss.dapo, through the vocabulary-of-two construction of
+# Triton `triton_grpo_loss` (loss.grpo, and loss.dr_grpo, loss.dapo and loss.cispo, through the vocabulary-of-two construction of
 # adapters/liger/construct.py, at B x T tokens), the log-prob step of Liger's fused linear loss
 # (`LigerFusedLinearPPOBase.chunk_forward`, adapters/liger/head.py) and TRL's chunked log-prob kernel
 # (`_ChunkedLogProbFunction`), both logprob.token through a linear head of exact logits at V = 151936
@@ -59,16 +59,19 @@ done
 for d in float32 bfloat16; do
     step "liger-triton-grpo-$d" "$LIMIT" $G --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
 done
-# the other token-level loss types of both: Dr.GRPO (divided by K N, K = 3000) and DAPO with the batch-pooled
-# token mean (Liger's and TRL's normalizer; the per-prompt one has no Liger counterpart)
+# the other token-level loss types of both: Dr.GRPO (divided by K N, K = 3000), and DAPO and CISPO (w = min(r, 1.2))
+# with the batch-pooled token mean (Liger's and TRL's normalizer; the per-prompt one has no Liger counterpart)
 DR="--formula loss.dr_grpo --shape $BT"
 DAPO="--formula loss.dapo --param aggregation=token_mean --shape $BT"
+CISPO="--formula loss.cispo --param aggregation=token_mean --shape $BT"
 for d in float32 bfloat16; do
     step "liger-triton-drgrpo-$d" "$LIMIT" $DR --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
     step "liger-triton-dapo-$d" "$LIMIT" $DAPO --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
+    step "liger-triton-cispo-$d" "$LIMIT" $CISPO --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
     [ "$DEV" = cpu ] && unset TRITON_INTERPRET
     step "liger-fused-drgrpo-$d" "$LIMIT" $DR --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
     step "liger-fused-dapo-$d" "$LIMIT" $DAPO --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
+    step "liger-fused-cispo-$d" "$LIMIT" $CISPO --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
     [ "$DEV" = cpu ] && export TRITON_INTERPRET=1
 done
 # the kernel's vocabulary loop: triton_grpo_loss on the logits of the linear head at V. They must fit: the call

@@ -37,11 +37,12 @@ from .generator import generate_arrays
 
 U64 = 2.0 ** -53
 ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum", "agg.constant", "agg.prompt_mean",
-                   "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "logprob.token")
+                   "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
 HEAD_LOSS_FORMULAS = ("loss.grpo",)       # with --vocab: from hidden states and an LM head (check_head_loss.py)
-PPO_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo")   # old log-probs off the kinks (check_inputs)
-# Each PPO loss's aggregator (pgspec.reference.loss): loss.dapo's is its parameter `aggregation`
+PPO_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo")
+TOKEN_LOSSES = PPO_LOSSES + ("loss.cispo",)       # old log-probs off the kinks (check_inputs)
+# Each token loss's aggregator (pgspec.reference.loss): loss.dapo's and loss.cispo's are their parameter `aggregation`
 LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean", "loss.dr_grpo": "agg.constant"}
 # The parameters an aggregator's oracle takes at any value; the others at their defaults only
 AGG_FREE_PARAMS = {"agg.constant": ("divisor", "divide_by")}
@@ -215,10 +216,22 @@ def old_logprobs_off_the_kinks(l: np.ndarray, mask: np.ndarray, seed: int, param
     that every dtype holds it exactly: float64 array."""
     import torch
 
-    rho = draw_log_ratios(l.shape, seed, float(params["eps_low"]), float(params["eps_high"]),
-                          params.get("log_ratio_clamp"))
+    rho = draw_log_ratios(l.shape, seed, *_kinks(params))
     old = torch.from_numpy(np.where(mask, l - rho, 0.0)).to(torch.bfloat16).double().numpy()
     return np.where(np.abs(old) < 2.0 ** -14, 0.0, old)
+
+
+def _kinks(params: dict) -> tuple:
+    """(eps_low, eps_high, clamp) of ``draw_log_ratios`` for a token loss's parameters: the clip range
+    [1 - eps_low, 1 + eps_high] of the PPO losses, or where CISPO truncates its weight w (relative form:
+    the same, no lower bound when eps_low is null; absolute form: w = min(r, eps_high), a cap at
+    1 + (eps_high - 1)), and the log-ratio clamp."""
+    clamp = params.get("log_ratio_clamp")
+    if params.get("cap_form") == "absolute":
+        return 1.0, float(params["eps_high"]) - 1, clamp
+    if "cap_form" in params and params.get("eps_low") is None:
+        return 1.0, float(params["eps_high"]), clamp
+    return float(params["eps_low"]), float(params["eps_high"]), clamp
 
 
 def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
@@ -227,9 +240,9 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     p = {q.name: q.default for q in REGISTRY[formula].params}
     p.update(params)
     # loss.dapo's prompt_mean aggregation takes the prompt groups (an optional input, refused otherwise)
-    groups = ("group_ids",) if formula == "loss.dapo" and p.get("aggregation") == "prompt_mean" else ()
+    groups = ("group_ids",) if formula in ("loss.dapo", "loss.cispo") and p.get("aggregation") == "prompt_mean" else ()
     arrays = seeded_inputs(formula, B, T, seed, optional=groups)
-    if formula in PPO_LOSSES:
+    if formula in TOKEN_LOSSES:
         arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, p)
     return arrays
 
@@ -300,6 +313,33 @@ def _ppo_terms(l, old, adv, mask, eps_low, eps_high, clamp):
         dx = torch.where(out, torch.zeros_like(dx), dx)
     zero = torch.zeros_like(x)
     return torch.where(mask, x, zero), torch.where(mask, E, zero), torch.where(mask, dx, zero)
+
+
+def _cispo_terms(l, old, adv, mask, cap_form, eps_low, eps_high, clamp):
+    """The reference's CISPO nodes at every token (reference.surrogate.cispo_loss, x = l (-sg[w] A)):
+    (value x, its error E(x), the derivative dx/dl = -w A).  Every input is exact (E = 0); each node
+    rounds once (E = |value| + the operands' errors times the local derivatives): d = l - l_old, its
+    clamp to [-c, c] (a clamped d is the bound, which carries |c|), r = exp(d), w = r truncated (a
+    truncated w is the bound, which carries |w|), sg[w] (w's error), -sg[w], m = -sg[w] A, x = l m."""
+    import torch
+
+    a = adv if adv.dim() == 2 else adv.unsqueeze(-1).expand_as(l)
+    d = l - old
+    if clamp is not None:
+        d = torch.clamp(d, -float(clamp), float(clamp))
+    r = torch.exp(d)
+    Er = r * (1 + d.abs())                  # |r| + r E(d), E(d) = |d| (or |c| where clamped)
+    hi = float(eps_high) if cap_form == "absolute" else 1 + float(eps_high)
+    lo = 1 - float(eps_low) if cap_form == "relative" and eps_low is not None else None
+    w = torch.clamp(r, min=lo, max=hi)
+    truncated = (r > hi) | (r < lo) if lo is not None else r > hi
+    Ew = torch.where(truncated, w, Er)
+    m = -w * a
+    Em = m.abs() + a.abs() * (w + Ew)       # E(-sg[w]) = |w| + E(w)
+    x = l * m
+    Ex = x.abs() + l.abs() * Em
+    zero = torch.zeros_like(x)
+    return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
 
 
 def _phantom(k, inexact):
@@ -446,7 +486,8 @@ def describe_formulas() -> str:
             give = [_param_off(k, off) for k, off in _RECIPE_OFF if defaults.get(k) not in off]
             needs = ("--shape BxT and its options (KL, IS, OPSM, entropy mask) off"
                      + (f" ({' '.join(give)})" if give else "")
-                     + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean" if fid == "loss.dapo" else "")
+                     + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
+                        if fid in ("loss.dapo", "loss.cispo") else "")
                      + ("; with --vocab V [--hidden H] it is checked from hidden states through the adapter's "
                         "fused head" if fid in HEAD_LOSS_FORMULAS else ""))
         lines.append(f"{fid:<{width}} {f.title}\n{'':<{width}} needs {needs}")
@@ -495,10 +536,19 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
             _, Ev, g = _aggregate_scales(formula, terms, mask, chunk, **_aggregation_args(formula, p, tensors))
             return {"value": Ev, "grad.values": g}
         l, old, adv = (tensors[k].detach() for k in ("logprobs", "old_logprobs", "advantages"))
-        eps_low, eps_high, clamp = float(p["eps_low"]), float(p["eps_high"]), p.get("log_ratio_clamp")
+        clamp = p.get("log_ratio_clamp")
+        if formula == "loss.cispo":
+            def token_terms(sl):
+                return _cispo_terms(l[sl], old[sl], adv[sl], mask[sl], p["cap_form"], p["eps_low"], p["eps_high"],
+                                    clamp)
+        else:
+            eps_low, eps_high = float(p["eps_low"]), float(p["eps_high"])
+
+            def token_terms(sl):
+                return _ppo_terms(l[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
 
         def terms(sl):
-            x, Ex, dx = _ppo_terms(l[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
+            x, Ex, dx = token_terms(sl)
             return x, Ex, dx, x != 0
 
         kind = LOSS_AGGREGATION.get(formula) or f"agg.{p['aggregation']}"

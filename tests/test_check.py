@@ -95,7 +95,10 @@ def test_oracle_agrees_with_the_reference_on_a_seeded_ragged_batch(formula, para
     ("agg.constant", {"divisor": 3000}), ("agg.constant", {"divisor": 2.5, "divide_by": "K"}),
     ("loss.dr_grpo", {}), ("loss.dr_grpo", {"divisor": 64, "divide_by": "K", "eps_high": 0.28}),
     ("loss.dapo", {}), ("loss.dapo", {"aggregation": "token_mean", "log_ratio_clamp": 0.3}),
-    ("loss.grpo", {"beta": 0.0}), ("loss.bnpo", {})])
+    ("loss.grpo", {"beta": 0.0}), ("loss.bnpo", {}),
+    ("loss.cispo", {}), ("loss.cispo", {"eps_low": 0.2, "log_ratio_clamp": 0.3}),
+    ("loss.cispo", {"cap_form": "absolute", "eps_high": 5.0, "aggregation": "token_mean"}),
+    ("loss.cispo", {"cap_form": "absolute", "eps_high": 0.9})])
 def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
@@ -109,7 +112,8 @@ def test_torch_backend_passes_at_scale_in_float32_and_bfloat16():
     adapter = runner.load_adapter("torch")
     for formula, params in (("loss.grpo", {"beta": 0.0}), ("loss.bnpo", {}), ("agg.token_mean", {}),
                             ("loss.dr_grpo", {}), ("loss.dapo", {}), ("loss.dapo", {"aggregation": "token_mean"}),
-                            ("agg.prompt_mean", {}), ("agg.constant", {"divisor": 3000}), ("agg.seq_mean_token_sum", {})):
+                            ("agg.prompt_mean", {}), ("agg.constant", {"divisor": 3000}), ("agg.seq_mean_token_sum", {}),
+                            ("loss.cispo", {}), ("loss.cispo", {"cap_form": "absolute", "eps_high": 5.0})):
         for dtype in ("float32", "bfloat16"):
             res = check.run_check(adapter, formula, 4, 2048, dtype, params=params)
             assert res.outcome == "pass", res.message
@@ -143,6 +147,35 @@ def test_old_logprobs_of_a_loss_check_keep_off_the_kinks_and_reach_every_branch(
         assert (~below & ~above).mean() > 0.25
     if c is not None:
         assert (np.abs(d) > c).mean() > 0.25
+
+
+@pytest.mark.parametrize("params, lo, hi", [({}, None, 1.2), ({"eps_low": 0.2, "eps_high": 0.28}, 0.8, 1.28),
+                                              ({"cap_form": "absolute", "eps_high": 5.0}, None, 5.0),
+                                              ({"cap_form": "absolute", "eps_high": 0.9}, None, 0.9)])
+def test_old_logprobs_of_a_cispo_check_reach_both_sides_of_the_truncation(params, lo, hi):
+    """CISPO truncates its weight w at r = hi (1 + eps_high, or the absolute cap eps_high) and, in the
+    relative form with eps_low, at r = lo: a check's log-ratios keep off those kinks and fall on
+    every side of them."""
+    arrays = check.check_inputs("loss.cispo", 6, 1024, 3, params)
+    d = (arrays["logprobs"] - arrays["old_logprobs"])[arrays["mask"]]
+    kinks = [np.log(hi)] + ([np.log(lo)] if lo else [])
+    assert min(np.abs(d - k).min() for k in kinks) >= check.NEAREST - 0.01
+    assert (d > np.log(hi)).mean() > 0.25 and (d < np.log(hi)).mean() > 0.25
+    if lo:
+        assert (d < np.log(lo)).mean() > 0.25
+
+
+def test_a_cispo_kernel_that_never_truncates_its_weight_is_caught():
+    torch_adapter = runner.load_adapter("torch")
+
+    def untruncated(inputs, params):
+        return torch_adapter.implementations["loss.cispo"](inputs, {**params, "eps_high": 1e6})
+
+    adapter = Adapter("never-truncates", "test", "0", implementations={"loss.cispo": untruncated})
+    params = {"aggregation": "token_mean"}
+    res = check.run_check(adapter, "loss.cispo", 4, 2048, "float32", params=params)
+    assert res.outcome == "fail" and res.outputs[1].failures > 2048, res.message
+    assert check.run_check(torch_adapter, "loss.cispo", 4, 2048, "float32", params=params).outcome == "pass"
 
 
 def test_a_kernel_that_never_clips_is_caught(monkeypatch):
