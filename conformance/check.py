@@ -27,6 +27,7 @@ import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -37,13 +38,16 @@ from .generator import generate_arrays
 
 U64 = 2.0 ** -53
 ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum", "agg.constant", "agg.prompt_mean",
-                   "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "logprob.token")
+                   "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
 HEAD_LOSS_FORMULAS = ("loss.grpo",)       # with --vocab: from hidden states and an LM head (check_head_loss.py)
 PPO_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo")
 TOKEN_LOSSES = PPO_LOSSES + ("loss.cispo",)       # old log-probs off the kinks (check_inputs)
 # Each token loss's aggregator (pgspec.reference.loss): loss.dapo's and loss.cispo's are their parameter `aggregation`
-LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean", "loss.dr_grpo": "agg.constant"}
+LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean", "loss.dr_grpo": "agg.constant",
+                    "loss.gspo": "agg.sample_mean"}
+# Parameters a loss's oracle covers only at their defaults (beyond the recipe options)
+LOSS_FIXED_PARAMS = {"loss.gspo": ("log_ratio_max", "log_ratio_clamp")}
 # The parameters an aggregator's oracle takes at any value; the others at their defaults only
 AGG_FREE_PARAMS = {"agg.constant": ("divisor", "divide_by")}
 
@@ -221,6 +225,33 @@ def old_logprobs_off_the_kinks(l: np.ndarray, mask: np.ndarray, seed: int, param
     return np.where(np.abs(old) < 2.0 ** -14, 0.0, old)
 
 
+def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, seed: int, params: dict) -> np.ndarray:
+    """GSPO clips the sequence ratio exp(mean_t (l - old)): old = l - rho with each row's mean log-ratio
+    mu_i in one of the bands of ``_clip_bands`` (below the clip range, inside it where it is wide
+    enough, above it), the tokens spread around it: rho_{i,t} = mu_i + z_t - mean z (z uniform in
+    [-BAND, BAND] over the row's unmasked tokens); rounded to bfloat16 as ``old_logprobs_off_the_kinks``
+    rounds them (which moves a row's mean by at most half a bfloat16 step of its largest |old|, far
+    less than GAP).  Even rows take a band where the loss has a gradient for their advantage (the
+    unclipped branch: inside, below for A > 0, above for A < 0), odd rows one where it has none (the
+    clipped constant), so a check of one sequence judges a gradient and a larger one judges both."""
+    import torch
+
+    bands = _clip_bands(float(params["eps_low"]), float(params["eps_high"]))
+    below = float(params["eps_low"]) < 1                # a band below the clip range (first), above it (last)
+    kinds = ["below"] * below + ["inside"] * (len(bands) - 1 - below) + ["above"]
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed) % 2 ** 64, 1])))
+    pick, u = rng.uniform(size=l.shape[0]), rng.uniform(size=l.shape[0])
+    mu = np.empty(l.shape[0])
+    for i, a in enumerate(adv):
+        live = {"below": a > 0, "inside": True, "above": a < 0}
+        want = [k for k, kind in enumerate(kinds) if live[kind] == (i % 2 == 0)] or list(range(len(kinds)))
+        mu[i] = _place(bands[want[int(pick[i] * len(want))]], u[i:i + 1])[0]
+    z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
+    z = np.where(mask, z - z.sum(-1, keepdims=True) / np.maximum(mask.sum(-1, keepdims=True), 1), 0.0)
+    old = torch.from_numpy(np.where(mask, l - (mu[:, None] + z), 0.0)).to(torch.bfloat16).double().numpy()
+    return np.where(np.abs(old) < 2.0 ** -14, 0.0, old)
+
+
 def _kinks(params: dict) -> tuple:
     """(eps_low, eps_high, clamp) of ``draw_log_ratios`` for a token loss's parameters: the clip range
     [1 - eps_low, 1 + eps_high] of the PPO losses, or where CISPO truncates its weight w (relative form:
@@ -242,7 +273,10 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     # loss.dapo's prompt_mean aggregation takes the prompt groups (an optional input, refused otherwise)
     groups = ("group_ids",) if formula in ("loss.dapo", "loss.cispo") and p.get("aggregation") == "prompt_mean" else ()
     arrays = seeded_inputs(formula, B, T, seed, optional=groups)
-    if formula in TOKEN_LOSSES:
+    if formula == "loss.gspo":
+        arrays["old_logprobs"] = old_logprobs_per_sequence(arrays["logprobs"], arrays["mask"], arrays["advantages"],
+                                                            seed, p)
+    elif formula in TOKEN_LOSSES:
         arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, p)
     return arrays
 
@@ -272,10 +306,7 @@ def to_tensors(formula: str, arrays: dict, dtype: str, device: str):
 # ------------------------------------------------------------------------------------------------
 def _sum_rounding(k, abs_sum):
     """max(1, ceil(log2 k)) * sum |terms| (reference _ad._rounding for a "sum" node of k terms)."""
-    import torch
-
-    depth = torch.clamp(torch.ceil(torch.log2(torch.clamp(k.double(), min=1.0))), min=1.0)
-    return depth * abs_sum
+    return _depth(k) * abs_sum
 
 
 def _rel(value, err):
@@ -342,10 +373,97 @@ def _cispo_terms(l, old, adv, mask, cap_form, eps_low, eps_high, clamp):
     return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
 
 
+def _gspo_terms(l, old, adv, mask, eps_low, eps_high):
+    """The reference's GSPO nodes of each sequence (reference.loss._gspo_seq, no clamp, no cap on the
+    mean), its loss x_i repeated at each unmasked token: (x [rows, T], E(x), the gradient pass from
+    the term nodes, whether each term is inexact).
+
+    The nodes: mu = mean_log_ratio (one node: rounding (depth(L) sum|d| + sum|d|)/L + |mu|,
+    derivative 1/L to each l_t), s = exp(mu), -A (a node of the input A: E = |A|), p1 = s (-A),
+    clip(s, lo, hi) (s itself inside; else the bound, which carries |bound|), p2 = clip(s) (-A),
+    x = max(p1, p2): a tie inside the clip range (half the cotangent to each), p1 where the
+    unclipped branch is the larger, p2 (no path to l) where the clipped one is."""
+    import torch
+
+    L = mask.sum(-1)
+    Ld = torch.clamp(L, min=1).double()
+    a = adv
+    d = torch.where(mask, l - old, torch.zeros_like(l))
+    absd = d.abs().sum(-1)
+    mu = d.sum(-1) / Ld
+    Emu = (_depth(L) * absd + absd) / Ld + mu.abs()
+    sv = torch.exp(mu)
+    Es = sv + sv * Emu
+    lo, hi = 1 - float(eps_low), 1 + float(eps_high)
+    p1 = -a * sv
+    Ep1 = p1.abs() + a.abs() * Es + sv * a.abs()
+    inside = (sv >= lo) & (sv <= hi)
+    b = torch.clamp(sv, lo, hi)
+    p2 = -a * b
+    Ep2 = torch.where(inside, Ep1, p2.abs() + 2 * a.abs() * b)
+    tie = inside | (p1 == p2)
+    first = ~tie & (p1 > p2)
+    x = torch.where(first | tie, p1, p2)
+    Ex = torch.where(tie, x.abs() + (Ep1 + Ep2) / 2, torch.where(first, Ep1, Ep2))
+
+    def backward(A_row, C_row):
+        A_x, C_x = A_row * L, C_row * L                 # the row's sum reaches x by L edges of +1
+        rel_x, rel_p1 = _rel(x, Ex), _rel(p1, Ep1)
+        # tie: half to p1 and to p2, each then -A to s (p2 too where it is s (-A), inside)
+        A_p = torch.where(tie, A_x / 2, A_x)
+        C_p = torch.where(tie, (C_x + A_x * rel_x) / 2, C_x)
+        paths = torch.where(tie & inside, 2.0, torch.where(tie | first, 1.0, 0.0))
+        A_s = paths * A_p * a.abs()
+        C_s = paths * (C_p + A_p * rel_p1) * a.abs()
+        A_mu, C_mu = A_s * sv, (C_s + A_s * _rel(sv, Es)) * sv
+        A_l, C_l = A_mu / Ld, (C_mu + A_mu * _rel(mu, Emu)) / Ld
+        g = (A_l + C_l).unsqueeze(-1).expand_as(l)
+        return torch.where(mask, g, torch.zeros_like(g))
+
+    zero = torch.zeros_like(l)
+    xt = torch.where(mask, x.unsqueeze(-1).expand_as(l), zero)
+    Ext = torch.where(mask, Ex.unsqueeze(-1).expand_as(l), zero)
+    # x is inexact (all the working precision's bits) where it comes from exp; where the clipped branch
+    # wins it is -A times the bound, exact, and so is the row's sum L x, which then leaves a residue
+    # in the reference's sum node only if it has more than 64 significant bits (check._phantom)
+    clipped = ~tie & ~first & (a != 0)
+    inexact = (x != 0) & ~clipped
+    for i in torch.nonzero(clipped & (L > 0)).flatten().tolist():
+        bound = 1 - Fraction(float(eps_low)) if float(sv[i]) < lo else 1 + Fraction(float(eps_high))
+        inexact[i] = _significant_bits(int(L[i]), float(a[i]), bound) > 64
+    return xt, Ext, backward, mask & inexact.unsqueeze(-1)
+
+
+def _significant_bits(*factors) -> int:
+    """The significant bits of the exact product of ``factors`` (ints, floats, dyadic Fractions)."""
+    odd = 1
+    for f in factors:
+        n = abs(Fraction(f).numerator)
+        odd *= n >> ((n & -n).bit_length() - 1) if n else 0
+    return odd.bit_length()
+
+
+def _depth(k):
+    """max(1, ceil(log2 k)): the depth of a pairwise sum of k terms (reference _ad._rounding)."""
+    import torch
+
+    return torch.clamp(torch.ceil(torch.log2(torch.clamp(k.double(), min=1.0))), min=1.0)
+
+
 def _phantom(k, inexact):
-    """1 where the reference counts one more term in a "sum" node: it infers the node's constant
-    as value - fsum(terms), the value accumulated at the working precision, so a sum of two or
-    more terms of which one is inexact there leaves a rounding residue, counted as a term."""
+    """1 where the reference counts one more term in a "sum" node of k >= 2 terms.  It infers the
+    node's constant as value - fsum(terms) with fsum at the scale pass's 64 bits (reference
+    ``_ad._rounding`` under ``mp.workprec(64)``), so a sum whose value has more than 64 significant
+    bits leaves a residue, counted as a term.  ``inexact``: whether a term's value is inexact (it
+    came from exp: all the working precision's bits), which makes the sum's value so.
+
+    Where every term is exact, the oracle counts a residue for a term that is a product with a
+    clip bound (``x != 0``: PPO's clipped branch, CISPO's truncated weight, GSPO's clipped ratio),
+    none for the inputs themselves (an aggregator's values).  It differs from the reference only
+    for a sum of k = 2^j terms, all exact, whose value has at most 64 bits (products: a short row
+    whose every token is clipped; the check's rows have hundreds of tokens and a third unclipped),
+    where the depth of that node's rounding is one more than the reference's (S larger); or more
+    than 64 bits (inputs of widely spread exponents), where it is one less."""
     return ((k >= 2) & inexact).long()
 
 
@@ -449,6 +567,9 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
         if dx is None:          # the terms are the differentiable input itself
             gs = (A_x + C_x).expand_as(x)
             As = A_x.expand_as(x)
+        elif callable(dx):      # a per-sequence term repeated at each token: its own pass (``_gspo_terms``)
+            gs = dx(A_x.squeeze(-1), C_x.squeeze(-1))
+            As = None
         else:
             gs = (A_x + C_x + A_x * _rel(x, Ex)) * dx.abs()
             As = A_x * dx.abs()
@@ -488,6 +609,7 @@ def describe_formulas() -> str:
                      + (f" ({' '.join(give)})" if give else "")
                      + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
                         if fid in ("loss.dapo", "loss.cispo") else "")
+                     + "".join(f"; {name} null" for name in LOSS_FIXED_PARAMS.get(fid, ()))
                      + ("; with --vocab V [--hidden H] it is checked from hidden states through the adapter's "
                         "fused head" if fid in HEAD_LOSS_FORMULAS else ""))
         lines.append(f"{fid:<{width}} {f.title}\n{'':<{width}} needs {needs}")
@@ -511,6 +633,11 @@ def oracle_params(formula: str, params: dict) -> dict:
                                  f"{' (and any ' + ', '.join(free) + ')' if free else ''} ({q.name}={p[q.name]!r}); "
                                  f"leave {q.name} out")
         return p
+    for name in LOSS_FIXED_PARAMS.get(formula, ()):
+        default = next(q.default for q in f.params if q.name == name)
+        if p[name] != default:
+            raise CheckError(f"{formula}: the oracle scale covers {name}={default!r} only ({name}={p[name]!r}); "
+                             f"leave {name} out")
     for k, off in _RECIPE_OFF:
         if p.get(k) not in off:
             raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r}); "
@@ -537,7 +664,10 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
             return {"value": Ev, "grad.values": g}
         l, old, adv = (tensors[k].detach() for k in ("logprobs", "old_logprobs", "advantages"))
         clamp = p.get("log_ratio_clamp")
-        if formula == "loss.cispo":
+        if formula == "loss.gspo":
+            def token_terms(sl):
+                return _gspo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"])
+        elif formula == "loss.cispo":
             def token_terms(sl):
                 return _cispo_terms(l[sl], old[sl], adv[sl], mask[sl], p["cap_form"], p["eps_low"], p["eps_high"],
                                     clamp)
@@ -548,8 +678,8 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
                 return _ppo_terms(l[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
 
         def terms(sl):
-            x, Ex, dx = token_terms(sl)
-            return x, Ex, dx, x != 0
+            got = token_terms(sl)
+            return got if len(got) == 4 else (*got, got[0] != 0)
 
         kind = LOSS_AGGREGATION.get(formula) or f"agg.{p['aggregation']}"
         _, Ev, g = _aggregate_scales(kind, terms, mask, chunk, **_aggregation_args(kind, p, tensors))

@@ -98,14 +98,40 @@ def test_oracle_agrees_with_the_reference_on_a_seeded_ragged_batch(formula, para
     ("loss.grpo", {"beta": 0.0}), ("loss.bnpo", {}),
     ("loss.cispo", {}), ("loss.cispo", {"eps_low": 0.2, "log_ratio_clamp": 0.3}),
     ("loss.cispo", {"cap_form": "absolute", "eps_high": 5.0, "aggregation": "token_mean"}),
-    ("loss.cispo", {"cap_form": "absolute", "eps_high": 0.9})])
+    ("loss.cispo", {"cap_form": "absolute", "eps_high": 0.9}),
+    ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.2, "eps_high": 0.28})])
 def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
-    of the counts, as the reference's nodes have them)."""
+    of the counts, as the reference's nodes have them); row 0's advantage 0 (a loss term with no
+    gradient), row 8 of three tokens (check._phantom: three terms, residue or not, have the depth of
+    four; a row of two exact terms is in the test below)."""
     arrays = check.check_inputs(formula, 9, 40, 5, params)
     arrays["mask"][[2, 6]] = False
+    arrays["mask"][8, 3:] = False
+    if "advantages" in arrays:
+        arrays["advantages"][0] = 0.0
     _agree_on(formula, arrays, params)
+
+
+def test_a_sum_of_two_exact_terms_is_where_the_oracle_may_count_one_rounding_more():
+    """check._phantom: a row of two CISPO tokens, both weights truncated (exact products of the inputs
+    and the bounds, whose sum has at most 64 bits): the reference counts no residue term in the row's
+    sum, the oracle one, so its S is larger (depth 2 for that sum's rounding instead of 1), never
+    smaller; with a third token, unclipped, they agree again."""
+    params = {"eps_low": 0.2, "log_ratio_clamp": 0.3}
+    arrays = check.check_inputs("loss.cispo", 9, 40, 5, params)
+    arrays = {k: v[[8]] for k, v in arrays.items()}
+    arrays["mask"][0, 2:] = False
+    d = arrays["logprobs"][0, :2] - arrays["old_logprobs"][0, :2]
+    assert np.all(np.abs(d) > 0.3)          # both clamped, then truncated: w is a bound
+    r = evaluate("loss.cispo", {k: v.tolist() for k, v in arrays.items()}, params, with_scale=True)
+    _, _, scales = check.oracle("loss.cispo", arrays, params)
+    ratio = float(scales["loss"]) / float(r["scale"]["loss"])
+    assert 1.05 < ratio < 2
+    arrays["mask"][0, 2] = True
+    arrays["old_logprobs"][0, 2] = arrays["logprobs"][0, 2] - 0.0625     # r = e^0.0625: not truncated, inexact
+    _agree_on("loss.cispo", arrays, params)
 
 
 def test_torch_backend_passes_at_scale_in_float32_and_bfloat16():
@@ -113,7 +139,8 @@ def test_torch_backend_passes_at_scale_in_float32_and_bfloat16():
     for formula, params in (("loss.grpo", {"beta": 0.0}), ("loss.bnpo", {}), ("agg.token_mean", {}),
                             ("loss.dr_grpo", {}), ("loss.dapo", {}), ("loss.dapo", {"aggregation": "token_mean"}),
                             ("agg.prompt_mean", {}), ("agg.constant", {"divisor": 3000}), ("agg.seq_mean_token_sum", {}),
-                            ("loss.cispo", {}), ("loss.cispo", {"cap_form": "absolute", "eps_high": 5.0})):
+                            ("loss.cispo", {}), ("loss.cispo", {"cap_form": "absolute", "eps_high": 5.0}),
+                            ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.2, "eps_high": 0.2})):
         for dtype in ("float32", "bfloat16"):
             res = check.run_check(adapter, formula, 4, 2048, dtype, params=params)
             assert res.outcome == "pass", res.message
@@ -165,17 +192,42 @@ def test_old_logprobs_of_a_cispo_check_reach_both_sides_of_the_truncation(params
         assert (d < np.log(lo)).mean() > 0.25
 
 
-def test_a_cispo_kernel_that_never_truncates_its_weight_is_caught():
+@pytest.mark.parametrize("params", [{}, {"eps_low": 0.2, "eps_high": 0.28}])
+def test_old_logprobs_of_a_gspo_check_put_each_sequence_off_the_kinks_of_its_ratio(params):
+    """GSPO clips the sequence ratio exp(mean_t (l - old)): each row's mean log-ratio keeps off the
+    clip's log-bounds, rows fall below and above the range (and inside it where it is wide enough),
+    and the token log-ratios spread around their row's mean."""
+    p = {q.name: q.default for q in REGISTRY["loss.gspo"].params}
+    p.update(params)
+    arrays = check.check_inputs("loss.gspo", 60, 512, 3, params)
+    mask = arrays["mask"]
+    d = np.where(mask, arrays["logprobs"] - arrays["old_logprobs"], 0.0)
+    mu = d.sum(-1) / mask.sum(-1)
+    lo, hi = np.log1p(-p["eps_low"]), np.log1p(p["eps_high"])
+    assert min(np.abs(mu - lo).min(), np.abs(mu - hi).min()) >= check.NEAREST
+    assert (mu < lo).mean() > 0.2 and (mu > hi).mean() > 0.2
+    assert ((mu > lo) & (mu < hi)).mean() > (0.2 if hi - lo > 2 * check.INSIDE else -1)
+    assert all(np.ptp(d[i][mask[i]]) > check.BAND for i in range(len(d)))
+    # even rows where the loss has a gradient (the unclipped branch), odd rows where it has none
+    a = arrays["advantages"]
+    live = ((mu > lo) & (mu < hi)) | ((a > 0) & (mu < lo)) | ((a < 0) & (mu > hi))
+    assert np.array_equal(live[a != 0], (np.arange(len(mu)) % 2 == 0)[a != 0])
+
+
+@pytest.mark.parametrize("formula, B, params, unbounded", [
+    ("loss.gspo", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),                          # never clips its ratio
+    ("loss.cispo", 4, {"aggregation": "token_mean"}, {"eps_high": 1e6}),               # never truncates its weight
+])
+def test_a_kernel_that_ignores_its_bound_is_caught(formula, B, params, unbounded):
     torch_adapter = runner.load_adapter("torch")
 
-    def untruncated(inputs, params):
-        return torch_adapter.implementations["loss.cispo"](inputs, {**params, "eps_high": 1e6})
+    def ignores(inputs, p):
+        return torch_adapter.implementations[formula](inputs, {**p, **unbounded})
 
-    adapter = Adapter("never-truncates", "test", "0", implementations={"loss.cispo": untruncated})
-    params = {"aggregation": "token_mean"}
-    res = check.run_check(adapter, "loss.cispo", 4, 2048, "float32", params=params)
+    adapter = Adapter("ignores-its-bound", "test", "0", implementations={formula: ignores})
+    res = check.run_check(adapter, formula, B, 2048, "float32", params=params)
     assert res.outcome == "fail" and res.outputs[1].failures > 2048, res.message
-    assert check.run_check(torch_adapter, "loss.cispo", 4, 2048, "float32", params=params).outcome == "pass"
+    assert check.run_check(torch_adapter, formula, B, 2048, "float32", params=params).outcome == "pass"
 
 
 def test_a_kernel_that_never_clips_is_caught(monkeypatch):
@@ -377,6 +429,8 @@ def test_logprob_check_usage_errors():
     ("agg.prompt_mean", {"params": {"step_divisor": "sequences"}}, r"default parameters only \(step_divisor='sequences'\)"),
     ("loss.dapo", {"params": {"aggregation": "sample_mean"}}, r"--param: loss.dapo: parameter 'aggregation'"),
     ("loss.dr_grpo", {"params": {"divisor": 0}}, r"--param: loss.dr_grpo: parameter 'divisor'"),
+    ("loss.gspo", {"params": {"log_ratio_clamp": 20}}, r"covers log_ratio_clamp=None only \(log_ratio_clamp=20\)"),
+    ("loss.gspo", {"params": {"log_ratio_max": 10}}, r"covers log_ratio_max=None only"),
     ("loss.grpo", {"params": {"beta": 0, "is_level": "token"}}, r"give --param is_level=none"),
     ("loss.grpo", {"params": {"beta": 0}, "hidden": 16}, r"--hidden is the width of the linear head of a check with --vocab"),
     ("agg.token_mean", {"hidden": 16}, r"--hidden applies to logprob.token, loss.grpo \(with --vocab\) only"),
