@@ -458,12 +458,13 @@ def _phantom(k, inexact):
     came from exp: all the working precision's bits), which makes the sum's value so.
 
     Where every term is exact, the oracle counts a residue for a term that is a product with a
-    clip bound (``x != 0``: PPO's clipped branch, CISPO's truncated weight, GSPO's clipped ratio),
-    none for the inputs themselves (an aggregator's values).  It differs from the reference only
-    for a sum of k = 2^j terms, all exact, whose value has at most 64 bits (products: a short row
-    whose every token is clipped; the check's rows have hundreds of tokens and a third unclipped),
-    where the depth of that node's rounding is one more than the reference's (S larger); or more
-    than 64 bits (inputs of widely spread exponents), where it is one less."""
+    clip bound (``x != 0``: PPO's clipped branch, CISPO's truncated weight), none for the inputs
+    themselves (an aggregator's values); a GSPO row's terms, one value repeated, are decided
+    exactly (``_gspo_terms``).  It differs from the reference only for a sum of k = 2^j terms,
+    all exact, whose value has at most 64 bits (products: a short row whose every token is
+    clipped; the check's rows have hundreds of tokens and a third unclipped), where the depth of
+    that node's rounding is one more than the reference's (S larger); or more than 64 bits
+    (inputs of widely spread exponents), where it is one less."""
     return ((k >= 2) & inexact).long()
 
 
