@@ -38,14 +38,15 @@ from .generator import generate_arrays
 
 U64 = 2.0 ** -53
 ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum", "agg.constant", "agg.prompt_mean",
-                   "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "logprob.token")
+                   "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "loss.sapo",
+                   "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
 HEAD_LOSS_FORMULAS = ("loss.grpo",)       # with --vocab: from hidden states and an LM head (check_head_loss.py)
 PPO_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo")
 TOKEN_LOSSES = PPO_LOSSES + ("loss.cispo",)       # old log-probs off the kinks (check_inputs)
 # Each token loss's aggregator (pgspec.reference.loss): loss.dapo's and loss.cispo's are their parameter `aggregation`
 LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean", "loss.dr_grpo": "agg.constant",
-                    "loss.gspo": "agg.sample_mean"}
+                    "loss.gspo": "agg.sample_mean", "loss.sapo": "agg.sample_mean"}
 # Parameters a loss's oracle covers only at their defaults (beyond the recipe options)
 LOSS_FIXED_PARAMS = {"loss.gspo": ("log_ratio_max", "log_ratio_clamp")}
 # The parameters an aggregator's oracle takes at any value; the others at their defaults only
@@ -225,6 +226,22 @@ def old_logprobs_off_the_kinks(l: np.ndarray, mask: np.ndarray, seed: int, param
     return np.where(np.abs(old) < 2.0 ** -14, 0.0, old)
 
 
+SPREAD = (-2.0, 3.0)    # the log-ratios of a smooth loss's check (SAPO: its gate from r = 0.14 to saturation at 20)
+
+
+def old_logprobs_spread(l: np.ndarray, mask: np.ndarray, seed: int, clamp=None) -> np.ndarray:
+    """A smooth loss (SAPO's gate has no clip) is judged over a wide range of ratios: old = l - rho
+    with rho uniform in SPREAD, moved out of the zone within INSIDE of +-c (a log-ratio clamp c, where
+    the gradient stops), and rounded to bfloat16 as ``old_logprobs_off_the_kinks`` rounds them."""
+    import torch
+
+    rho = pcg64(seed).uniform(*SPREAD, size=l.shape)
+    for k in ([] if clamp is None else [-float(clamp), float(clamp)]):
+        rho = np.where(np.abs(rho - k) < INSIDE, k + np.where(rho >= k, INSIDE, -INSIDE), rho)
+    old = torch.from_numpy(np.where(mask, l - rho, 0.0)).to(torch.bfloat16).double().numpy()
+    return np.where(np.abs(old) < 2.0 ** -14, 0.0, old)
+
+
 def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, seed: int, params: dict) -> np.ndarray:
     """GSPO clips the sequence ratio exp(mean_t (l - old)): old = l - rho with each row's mean log-ratio
     mu_i in one of the bands of ``_clip_bands`` (below the clip range, inside it where it is wide
@@ -273,7 +290,9 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     # loss.dapo's prompt_mean aggregation takes the prompt groups (an optional input, refused otherwise)
     groups = ("group_ids",) if formula in ("loss.dapo", "loss.cispo") and p.get("aggregation") == "prompt_mean" else ()
     arrays = seeded_inputs(formula, B, T, seed, optional=groups)
-    if formula == "loss.gspo":
+    if formula == "loss.sapo":
+        arrays["old_logprobs"] = old_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p.get("log_ratio_clamp"))
+    elif formula == "loss.gspo":
         arrays["old_logprobs"] = old_logprobs_per_sequence(arrays["logprobs"], arrays["mask"], arrays["advantages"],
                                                             seed, p)
     elif formula in TOKEN_LOSSES:
@@ -371,6 +390,39 @@ def _cispo_terms(l, old, adv, mask, cap_form, eps_low, eps_high, clamp):
     Ex = x.abs() + l.abs() * Em
     zero = torch.zeros_like(x)
     return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
+
+
+def _sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp):
+    """The reference's SAPO nodes at every token (reference.loss.sapo): d = l - l_old (E = |d|; a
+    clamped d is the bound, which carries |c|, with no path to l), the fused gate node
+    G = 4 sigma(tau (e^d - 1)) / tau (its slope 4 sigma(x) sigma(-x) e^d and its stated dscale,
+    reference.surrogate.sapo_gate), -A (E = |A|), x = G (-A): (x, E(x), the gradient pass from x)."""
+    import torch
+
+    a = adv if adv.dim() == 2 else adv.unsqueeze(-1).expand_as(l)
+    d = l - old
+    clamped = torch.zeros_like(mask) if clamp is None else d.abs() > float(clamp)
+    if clamp is not None:
+        d = torch.clamp(d, -float(clamp), float(clamp))
+    tau = torch.where(a > 0, float(tau_pos), float(tau_neg))
+    xg = tau * torch.expm1(d)
+    p, q = torch.sigmoid(xg), torch.sigmoid(-xg)
+    r = torch.exp(d)
+    G = 4 * p / tau
+    slope = 4 * p * q * r
+    dscale = 4 * r * p * (1 + q * (tau * (r + (r - 1).abs()) + xg.abs() + 4))
+    EG = G + slope * d.abs()
+    x = -a * G
+    Ex = x.abs() + a.abs() * EG + G * a.abs()
+    zero = torch.zeros_like(x)
+
+    def backward(A_row, C_row):
+        A_x, C_x = A_row.unsqueeze(-1), C_row.unsqueeze(-1)
+        A_G, C_G = A_x * a.abs(), (C_x + A_x * _rel(x, Ex)) * a.abs()
+        g = torch.where(clamped, zero, A_G * slope + C_G * slope + A_G * dscale)
+        return torch.where(mask, g, zero)
+
+    return torch.where(mask, x, zero), torch.where(mask, Ex, zero), backward
 
 
 def _gspo_terms(l, old, adv, mask, eps_low, eps_high):
@@ -665,7 +717,10 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
             return {"value": Ev, "grad.values": g}
         l, old, adv = (tensors[k].detach() for k in ("logprobs", "old_logprobs", "advantages"))
         clamp = p.get("log_ratio_clamp")
-        if formula == "loss.gspo":
+        if formula == "loss.sapo":
+            def token_terms(sl):
+                return _sapo_terms(l[sl], old[sl], adv[sl], mask[sl], p["tau_pos"], p["tau_neg"], clamp)
+        elif formula == "loss.gspo":
             def token_terms(sl):
                 return _gspo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"])
         elif formula == "loss.cispo":

@@ -99,7 +99,8 @@ def test_oracle_agrees_with_the_reference_on_a_seeded_ragged_batch(formula, para
     ("loss.cispo", {}), ("loss.cispo", {"eps_low": 0.2, "log_ratio_clamp": 0.3}),
     ("loss.cispo", {"cap_form": "absolute", "eps_high": 5.0, "aggregation": "token_mean"}),
     ("loss.cispo", {"cap_form": "absolute", "eps_high": 0.9}),
-    ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.2, "eps_high": 0.28})])
+    ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.2, "eps_high": 0.28}),
+    ("loss.sapo", {}), ("loss.sapo", {"tau_pos": 0.5, "tau_neg": 2.0, "log_ratio_clamp": 1.0})])
 def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
@@ -140,7 +141,8 @@ def test_torch_backend_passes_at_scale_in_float32_and_bfloat16():
                             ("loss.dr_grpo", {}), ("loss.dapo", {}), ("loss.dapo", {"aggregation": "token_mean"}),
                             ("agg.prompt_mean", {}), ("agg.constant", {"divisor": 3000}), ("agg.seq_mean_token_sum", {}),
                             ("loss.cispo", {}), ("loss.cispo", {"cap_form": "absolute", "eps_high": 5.0}),
-                            ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.2, "eps_high": 0.2})):
+                            ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.2, "eps_high": 0.2}),
+                            ("loss.sapo", {}), ("loss.sapo", {"log_ratio_clamp": 1.0})):
         for dtype in ("float32", "bfloat16"):
             res = check.run_check(adapter, formula, 4, 2048, dtype, params=params)
             assert res.outcome == "pass", res.message
@@ -214,9 +216,22 @@ def test_old_logprobs_of_a_gspo_check_put_each_sequence_off_the_kinks_of_its_rat
     assert np.array_equal(live[a != 0], (np.arange(len(mu)) % 2 == 0)[a != 0])
 
 
+@pytest.mark.parametrize("clamp", [None, 1.0])
+def test_old_logprobs_of_a_sapo_check_cover_the_gate_and_keep_off_a_clamp(clamp):
+    """SAPO's gate is smooth: a check's log-ratios spread over SPREAD, from the gate's steep part to
+    its saturation (x = tau (r - 1) > 10), each at least INSIDE (less a bfloat16 rounding) from +-c."""
+    arrays = check.check_inputs("loss.sapo", 6, 1024, 3, {"log_ratio_clamp": clamp})
+    d = (arrays["logprobs"] - arrays["old_logprobs"])[arrays["mask"]]
+    assert d.min() < check.SPREAD[0] + 0.1 and d.max() > check.SPREAD[1] - 0.1
+    assert (np.expm1(d) > 10).mean() > 0.1 and (np.abs(d) < 0.5).mean() > 0.1
+    if clamp is not None:
+        assert np.abs(np.abs(d) - clamp).min() >= check.INSIDE - 0.07
+
+
 @pytest.mark.parametrize("formula, B, params, unbounded", [
     ("loss.gspo", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),                          # never clips its ratio
     ("loss.cispo", 4, {"aggregation": "token_mean"}, {"eps_high": 1e6}),               # never truncates its weight
+    ("loss.sapo", 4, {}, {"tau_pos": 1.05, "tau_neg": 1.0}),                          # the temperatures swapped
 ])
 def test_a_kernel_that_ignores_its_bound_is_caught(formula, B, params, unbounded):
     torch_adapter = runner.load_adapter("torch")
