@@ -39,14 +39,14 @@ from .generator import generate_arrays
 U64 = 2.0 ** -53
 ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum", "agg.constant", "agg.prompt_mean",
                    "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "loss.sapo",
-                   "logprob.token")
+                   "loss.luspo", "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
 HEAD_LOSS_FORMULAS = ("loss.grpo",)       # with --vocab: from hidden states and an LM head (check_head_loss.py)
 PPO_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo")
 TOKEN_LOSSES = PPO_LOSSES + ("loss.cispo",)       # old log-probs off the kinks (check_inputs)
 # Each token loss's aggregator (pgspec.reference.loss): loss.dapo's and loss.cispo's are their parameter `aggregation`
 LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean", "loss.dr_grpo": "agg.constant",
-                    "loss.gspo": "agg.sample_mean", "loss.sapo": "agg.sample_mean"}
+                    "loss.gspo": "agg.sample_mean", "loss.sapo": "agg.sample_mean", "loss.luspo": "agg.seq_mean_token_sum"}
 # Parameters a loss's oracle covers only at their defaults (beyond the recipe options)
 LOSS_FIXED_PARAMS = {"loss.gspo": ("log_ratio_max", "log_ratio_clamp")}
 # The parameters an aggregator's oracle takes at any value; the others at their defaults only
@@ -269,6 +269,11 @@ def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, 
     return np.where(np.abs(old) < 2.0 ** -14, 0.0, old)
 
 
+def _sequence_level(formula: str, p: dict) -> bool:
+    """Whether the loss clips a sequence ratio (GSPO's term; LUSPO's at ratio_level 'sequence')."""
+    return formula == "loss.gspo" or formula == "loss.luspo" and p["ratio_level"] == "sequence"
+
+
 def _kinks(params: dict) -> tuple:
     """(eps_low, eps_high, clamp) of ``draw_log_ratios`` for a token loss's parameters: the clip range
     [1 - eps_low, 1 + eps_high] of the PPO losses, or where CISPO truncates its weight w (relative form:
@@ -292,10 +297,10 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     arrays = seeded_inputs(formula, B, T, seed, optional=groups)
     if formula == "loss.sapo":
         arrays["old_logprobs"] = old_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p.get("log_ratio_clamp"))
-    elif formula == "loss.gspo":
+    elif _sequence_level(formula, p):
         arrays["old_logprobs"] = old_logprobs_per_sequence(arrays["logprobs"], arrays["mask"], arrays["advantages"],
                                                             seed, p)
-    elif formula in TOKEN_LOSSES:
+    elif formula in TOKEN_LOSSES or formula == "loss.luspo":
         arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, p)
     return arrays
 
@@ -663,6 +668,7 @@ def describe_formulas() -> str:
                      + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
                         if fid in ("loss.dapo", "loss.cispo") else "")
                      + "".join(f"; {name} null" for name in LOSS_FIXED_PARAMS.get(fid, ()))
+                     + ("; ratio_level sequence or token" if fid == "loss.luspo" else "")
                      + ("; with --vocab V [--hidden H] it is checked from hidden states through the adapter's "
                         "fused head" if fid in HEAD_LOSS_FORMULAS else ""))
         lines.append(f"{fid:<{width}} {f.title}\n{'':<{width}} needs {needs}")
@@ -720,7 +726,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
         if formula == "loss.sapo":
             def token_terms(sl):
                 return _sapo_terms(l[sl], old[sl], adv[sl], mask[sl], p["tau_pos"], p["tau_neg"], clamp)
-        elif formula == "loss.gspo":
+        elif _sequence_level(formula, p):
             def token_terms(sl):
                 return _gspo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"])
         elif formula == "loss.cispo":

@@ -100,7 +100,8 @@ def test_oracle_agrees_with_the_reference_on_a_seeded_ragged_batch(formula, para
     ("loss.cispo", {"cap_form": "absolute", "eps_high": 5.0, "aggregation": "token_mean"}),
     ("loss.cispo", {"cap_form": "absolute", "eps_high": 0.9}),
     ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.2, "eps_high": 0.28}),
-    ("loss.sapo", {}), ("loss.sapo", {"tau_pos": 0.5, "tau_neg": 2.0, "log_ratio_clamp": 1.0})])
+    ("loss.sapo", {}), ("loss.sapo", {"tau_pos": 0.5, "tau_neg": 2.0, "log_ratio_clamp": 1.0}),
+    ("loss.luspo", {}), ("loss.luspo", {"ratio_level": "token", "eps_low": 0.2, "eps_high": 0.28})])
 def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
@@ -142,7 +143,8 @@ def test_torch_backend_passes_at_scale_in_float32_and_bfloat16():
                             ("agg.prompt_mean", {}), ("agg.constant", {"divisor": 3000}), ("agg.seq_mean_token_sum", {}),
                             ("loss.cispo", {}), ("loss.cispo", {"cap_form": "absolute", "eps_high": 5.0}),
                             ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.2, "eps_high": 0.2}),
-                            ("loss.sapo", {}), ("loss.sapo", {"log_ratio_clamp": 1.0})):
+                            ("loss.sapo", {}), ("loss.sapo", {"log_ratio_clamp": 1.0}),
+                            ("loss.luspo", {}), ("loss.luspo", {"ratio_level": "token", "eps_low": 0.2, "eps_high": 0.2})):
         for dtype in ("float32", "bfloat16"):
             res = check.run_check(adapter, formula, 4, 2048, dtype, params=params)
             assert res.outcome == "pass", res.message
@@ -230,6 +232,7 @@ def test_old_logprobs_of_a_sapo_check_cover_the_gate_and_keep_off_a_clamp(clamp)
 
 @pytest.mark.parametrize("formula, B, params, unbounded", [
     ("loss.gspo", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),                          # never clips its ratio
+    ("loss.luspo", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),
     ("loss.cispo", 4, {"aggregation": "token_mean"}, {"eps_high": 1e6}),               # never truncates its weight
     ("loss.sapo", 4, {}, {"tau_pos": 1.05, "tau_neg": 1.0}),                          # the temperatures swapped
 ])
