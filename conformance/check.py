@@ -46,7 +46,8 @@ PPO_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo")
 TOKEN_LOSSES = PPO_LOSSES + ("loss.cispo",)       # old log-probs off the kinks (check_inputs)
 # Each token loss's aggregator (pgspec.reference.loss): loss.dapo's and loss.cispo's are their parameter `aggregation`
 LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean", "loss.dr_grpo": "agg.constant",
-                    "loss.gspo": "agg.sample_mean", "loss.sapo": "agg.sample_mean", "loss.luspo": "agg.seq_mean_token_sum"}
+                    "loss.gspo": "agg.sample_mean", "loss.sapo": "agg.sample_mean",
+                    "loss.luspo": "agg.seq_mean_token_sum"}
 # Parameters a loss's oracle covers only at their defaults (beyond the recipe options)
 LOSS_FIXED_PARAMS = {"loss.gspo": ("log_ratio_max", "log_ratio_clamp")}
 # The parameters an aggregator's oracle takes at any value; the others at their defaults only
@@ -75,7 +76,7 @@ class CheckResult:
     device: str
     shape: list
     seed: int
-    outcome: str                      # pass | fail | error | unsupported
+    outcome: str                      # pass | fail | error | unsupported | bug | convention (a declared fail)
     outputs: list = field(default_factory=list)
     adapter_seconds: float = 0.0
     oracle_seconds: float = 0.0
@@ -83,6 +84,7 @@ class CheckResult:
     vocab: int | None = None
     hidden: int | None = None
     path: str = ""                    # how the adapter was called (log-prob checks: "head" or "logits")
+    declaration: dict | None = None   # the adapter's rule that matches the check (Declaration.summary())
 
     def to_json(self):
         d = asdict(self)
@@ -657,8 +659,8 @@ def describe_formulas() -> str:
                      "logit_scale > 0, softcap null")
         elif fid.startswith("agg."):
             free = AGG_FREE_PARAMS.get(fid, ())
-            needs = ("--shape BxT" + (" and --param divisor=K (K > 0; divide_by K or K*N, N = B)" if fid == "agg.constant"
-                                      else "") + "; its " + ("other " if free else "") + "parameters at their defaults"
+            divisor = " and --param divisor=K (K > 0; divide_by K or K*N, N = B)" if fid == "agg.constant" else ""
+            needs = ("--shape BxT" + divisor + "; its " + ("other " if free else "") + "parameters at their defaults"
                      + ("; prompt groups b mod 4" if fid == "agg.prompt_mean" else ""))
         else:
             defaults = {p.name: p.default for p in f.params}
@@ -912,7 +914,32 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
     for res in todo:
         res.oracle_seconds = seconds
         _check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales)
+        _classify(adapter, res, formula, params, arrays, seed)
     return results
+
+
+def _classify(adapter, res, formula, params, arrays, seed) -> None:
+    """The adapter's declarations applied to a check as ``pgspec run`` applies them to a case
+    (runner.classify, spec/verdicts.md): the first rule whose IDs match the formula, whose dtypes
+    hold the check's and whose conditions hold for its parameters and inputs turns a ``fail`` (or an
+    ``error``, for a rule that expects one) into the rule's kind, a known bug or a convention, with
+    the rule's reason and link; a check that passes records the rule it did not show."""
+    from .runner import classify, declarations_of
+
+    decl = declarations_of(adapter)
+    case_id = f"{formula}/check-{res.shape[0]}x{res.shape[1]}-seed{seed}-" + json.dumps(params, sort_keys=True)
+    rules = [d for d in decl.rules if d.matches_id(case_id, formula) and (not d.dtypes or res.dtype in d.dtypes)]
+    if not rules or res.outcome not in ("pass", "fail", "error"):
+        return
+    case = {"id": case_id, "formula": formula, "params": params, "category": "check"}
+    if any(d.inputs for d in rules):
+        # the predicates read the formula's inputs as a golden case's (nested lists), decoded already (a
+        # check through a head has the head's arrays instead: hidden states and weights are no input)
+        names = {i.name for i in REGISTRY[formula].inputs}
+        case["$input_values"] = {k: np.asarray(v).tolist() for k, v in arrays.items() if k in names}
+    rule = decl.rule_for(case_id, formula, res.dtype, case)
+    if rule is not None:
+        classify(res, rule)         # a CheckResult has what it sets: outcome, message, declaration
 
 
 def _check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales) -> None:
@@ -1092,6 +1119,7 @@ def run_logprob_checks(adapter, B, T, V, H, dtypes, device, seed, params) -> lis
         res.oracle_seconds = seconds
         res.outputs = [j_lp.out, j_gx.out]
         _conclude(res)
+        _classify(adapter, res, lp.FORMULA, params, arrays, seed)
     return results
 
 
@@ -1161,6 +1189,7 @@ def run_head_loss_checks(adapter, B, T, V, H, dtypes, device, seed, params, chun
                      torch.ones(sl.stop - sl.start, dtype=torch.bool, device=device))
         res.outputs = [j_loss.out, j_gx.out]
         _conclude(res)
+        _classify(adapter, res, hl.FORMULA, params, arrays, seed)
     return results
 
 

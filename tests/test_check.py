@@ -4,8 +4,10 @@ backend and catch a perturbed one."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -246,6 +248,59 @@ def test_a_kernel_that_ignores_its_bound_is_caught(formula, B, params, unbounded
     res = check.run_check(adapter, formula, B, 2048, "float32", params=params)
     assert res.outcome == "fail" and res.outputs[1].failures > 2048, res.message
     assert check.run_check(torch_adapter, formula, B, 2048, "float32", params=params).outcome == "pass"
+
+
+def _never_clips_declaring(text):
+    """loss.bnpo that ignores the clip, with the declarations ``text`` (TOML)."""
+    import tomllib
+
+    from pgspec.conformance.declarations import parse
+
+    torch_adapter = runner.load_adapter("torch")
+
+    def unclipped(inputs, params):
+        return torch_adapter.implementations["loss.bnpo"](inputs, {**params, "eps_low": 1.0, "eps_high": 1e6})
+
+    return Adapter("never-clips", "test", "0", implementations={"loss.bnpo": unclipped},
+                   deviations=parse(tomllib.loads(text), "never-clips.toml"))
+
+
+RULE = """[[rule]]
+ids = ["loss.bnpo"]
+kind = "bug"
+reason = "ignores the clip"
+link = "https://example.invalid/loss.py#L1"
+"""
+
+
+def test_a_failing_check_that_the_adapter_declares_is_its_known_bug(tmp_path):
+    """As `pgspec run` classifies a case: a fail that a rule declares takes the rule's kind (exit 0,
+    the rule's reason and link printed and in the JSON); a rule whose dtypes or input predicates do
+    not hold leaves the fail (exit 1); a passing check records the rule it did not show."""
+    res = check.run_checks(_never_clips_declaring(RULE), "loss.bnpo", 4, 512, ["float32"])[0]
+    assert res.outcome == "bug" and res.declaration["reason"] == "ignores the clip", res
+    assert "2048" not in res.message and "out of bound" in res.message          # the failure is still told
+    for extra in ('dtypes = ["bfloat16"]', 'when = { inputs = ["some_row_empty"] }'):
+        res = check.run_checks(_never_clips_declaring(RULE + extra), "loss.bnpo", 4, 512, ["float32"])[0]
+        assert res.outcome == "fail" and res.declaration is None, extra
+    # a ragged mask (the check's): the predicate reads the check's inputs
+    declaring = _never_clips_declaring(RULE + 'when = { inputs = ["not some_row_empty"] }')
+    res = check.run_checks(declaring, "loss.bnpo", 4, 512, ["float32"])[0]
+    assert res.outcome == "bug"
+    torch_declaring = Adapter("t", "test", "0", implementations=runner.load_adapter("torch").implementations,
+                              deviations=_never_clips_declaring(RULE).deviations)
+    res = check.run_checks(torch_declaring, "loss.bnpo", 4, 512, ["float32"])[0]
+    assert res.outcome == "pass" and res.declaration["kind"] == "bug"
+    # the command line: exit 0 on a declared failure, the declaration printed and in the JSON
+    (tmp_path / "never_clips.py").write_text(
+        "import sys\nsys.path.insert(0, %r)\nfrom test_check import _never_clips_declaring, RULE\n"
+        "adapter = _never_clips_declaring(RULE)\n" % str(Path(__file__).parent))
+    out = subprocess.run([sys.executable, "-m", "pgspec.conformance.cli", "check", "--adapter", "never_clips:adapter",
+                          "--formula", "loss.bnpo", "--shape", "4x512", "--json", str(tmp_path / "r.json")],
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert ": known bug (" in out.stdout and "declared: rule 1 of never-clips.toml (bug): ignores the clip" in out.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["declaration"]["link"] == "https://example.invalid/loss.py#L1"
 
 
 def test_a_kernel_that_never_clips_is_caught(monkeypatch):
