@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `pgspec check` on CUDA at production size (issue 12, item 6): Liger's fused linear GRPO loss and its
-# Triton `triton_grpo_loss` (loss.grpo, and loss.dr_grpo, loss.dapo, loss.cispo, loss.gspo, loss.sapo and loss.luspo, through the vocabulary-of-two construction of
+# Triton `triton_grpo_loss` (loss.grpo, and loss.dr_grpo, loss.dapo, loss.cispo, loss.gspo, loss.sapo and loss.luspo, and loss.grpo with its KL term, through the vocabulary-of-two construction of
 # adapters/liger/construct.py, at B x T tokens), the log-prob step of Liger's fused linear loss
 # (`LigerFusedLinearPPOBase.chunk_forward`, adapters/liger/head.py) and TRL's chunked log-prob kernel
 # (`_ChunkedLogProbFunction`), both logprob.token through a linear head of exact logits at V = 151936
@@ -67,6 +67,7 @@ CISPO="--formula loss.cispo --param aggregation=token_mean --shape $BT"
 GSPO="--formula loss.gspo --shape $BT"       # sequence level: Liger's importance_sampling_level='sequence'
 SAPO="--formula loss.sapo --shape $BT"
 LUSPO="--formula loss.luspo --shape $BT"     # Liger's declared bug with padded rows (deviations*.toml) shows here
+KL="--formula loss.grpo --shape $BT"         # GRPO with its KL term, k3, beta = 0.04 (Liger's default)
 for d in float32 bfloat16; do
     step "liger-triton-drgrpo-$d" "$LIMIT" $DR --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
     step "liger-triton-dapo-$d" "$LIMIT" $DAPO --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
@@ -74,6 +75,7 @@ for d in float32 bfloat16; do
     step "liger-triton-gspo-$d" "$LIMIT" $GSPO --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
     step "liger-triton-sapo-$d" "$LIMIT" $SAPO --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
     step "liger-triton-luspo-$d" "$LIMIT" $LUSPO --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
+    step "liger-triton-kl-grpo-$d" "$LIMIT" $KL --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
     [ "$DEV" = cpu ] && unset TRITON_INTERPRET
     step "liger-fused-drgrpo-$d" "$LIMIT" $DR --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
     step "liger-fused-dapo-$d" "$LIMIT" $DAPO --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
@@ -81,6 +83,7 @@ for d in float32 bfloat16; do
     step "liger-fused-gspo-$d" "$LIMIT" $GSPO --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
     step "liger-fused-sapo-$d" "$LIMIT" $SAPO --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
     step "liger-fused-luspo-$d" "$LIMIT" $LUSPO --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
+    step "liger-fused-kl-grpo-$d" "$LIMIT" $KL --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
     [ "$DEV" = cpu ] && export TRITON_INTERPRET=1
 done
 # the kernel's vocabulary loop: triton_grpo_loss on the logits of the linear head at V. They must fit: the call

@@ -244,6 +244,20 @@ def old_logprobs_spread(l: np.ndarray, mask: np.ndarray, seed: int, clamp=None) 
     return np.where(np.abs(old) < 2.0 ** -14, 0.0, old)
 
 
+KL_SPREAD = (-1.0, 1.0)     # x = l_ref - l of a check with the KL term (k3 from 0.0003 to 0.7)
+
+
+def ref_logprobs_spread(l: np.ndarray, mask: np.ndarray, seed: int) -> np.ndarray:
+    """The KL term's reference log-probs: l_ref = l + x, x uniform in KL_SPREAD (the corpus's generator
+    keeps l_ref within 1/32 of l), rounded to bfloat16 as the old log-probs are (0 where masked)."""
+    import torch
+
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed) % 2 ** 64, 2])))
+    x = rng.uniform(*KL_SPREAD, size=l.shape)
+    ref = torch.from_numpy(np.where(mask, l + x, 0.0)).to(torch.bfloat16).double().numpy()
+    return np.where(np.abs(ref) < 2.0 ** -14, 0.0, ref)
+
+
 def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, seed: int, params: dict) -> np.ndarray:
     """GSPO clips the sequence ratio exp(mean_t (l - old)): old = l - rho with each row's mean log-ratio
     mu_i in one of the bands of ``_clip_bands`` (below the clip range, inside it where it is wide
@@ -296,7 +310,10 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     p.update(params)
     # loss.dapo's prompt_mean aggregation takes the prompt groups (an optional input, refused otherwise)
     groups = ("group_ids",) if formula in ("loss.dapo", "loss.cispo") and p.get("aggregation") == "prompt_mean" else ()
-    arrays = seeded_inputs(formula, B, T, seed, optional=groups)
+    ref = ("ref_logprobs",) if p.get("beta") else ()
+    arrays = seeded_inputs(formula, B, T, seed, optional=groups + ref)
+    if ref:
+        arrays["ref_logprobs"] = ref_logprobs_spread(arrays["logprobs"], arrays["mask"], seed)
     if formula == "loss.sapo":
         arrays["old_logprobs"] = old_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p.get("log_ratio_clamp"))
     elif _sequence_level(formula, p):
@@ -423,13 +440,44 @@ def _sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp):
     Ex = x.abs() + a.abs() * EG + G * a.abs()
     zero = torch.zeros_like(x)
 
-    def backward(A_row, C_row):
-        A_x, C_x = A_row.unsqueeze(-1), C_row.unsqueeze(-1)
+    def backward(A_x, C_x):
         A_G, C_G = A_x * a.abs(), (C_x + A_x * _rel(x, Ex)) * a.abs()
         g = torch.where(clamped, zero, A_G * slope + C_G * slope + A_G * dscale)
         return torch.where(mask, g, zero)
 
     return torch.where(mask, x, zero), torch.where(mask, Ex, zero), backward
+
+
+def _with_kl(policy, l, ref, mask, beta):
+    """A token loss's terms with the reference's KL term added, term = pg + beta k3 (the recipes'
+    kl_aggregation 'policy', estimator k3, no clamps; reference.loss.compose): the nodes x = l_ref - l
+    (E = |x|), k3 = expm1_minus_x(x) (its rounding |e^x| + |e^x - 1| + |k3|, derivative e^x - 1),
+    k3 beta (derivative beta), pg + k3 beta (edges of +1).  ``policy``: the policy part's (x, E(x),
+    dx/dl or its own pass[, inexact]); returns the terms' (x, E(x), their pass, inexact)."""
+    import torch
+
+    xp, Ep, dp = policy[:3]
+    xk = ref - l
+    e1 = torch.expm1(xk)
+    k3 = e1 - xk
+    Ek = torch.exp(xk) + e1.abs() + k3.abs() + e1.abs() * xk.abs()
+    kb = k3 * beta
+    Ekb = kb.abs() + beta * Ek
+    zero = torch.zeros_like(l)
+    x = torch.where(mask, xp + kb, zero)
+    Ex = torch.where(mask, x.abs() + Ep + Ekb, zero)
+
+    def backward(A, C):
+        # the term's edges of +1 pass (A, C) on to pg and to k3 beta
+        if callable(dp):
+            g = dp(A, C)
+        else:
+            g = (A + C + A * _rel(xp, Ep)) * dp.abs()
+        A_k, C_k = A * beta, (C + A * _rel(kb, Ekb)) * beta
+        A_x, C_x = A_k * e1.abs(), (C_k + A_k * _rel(k3, Ek)) * e1.abs()
+        return torch.where(mask, g + A_x + C_x, zero)
+
+    return x, Ex, backward, mask & ((x != 0) | (kb != 0))
 
 
 def _gspo_terms(l, old, adv, mask, eps_low, eps_high):
@@ -465,8 +513,9 @@ def _gspo_terms(l, old, adv, mask, eps_low, eps_high):
     x = torch.where(first | tie, p1, p2)
     Ex = torch.where(tie, x.abs() + (Ep1 + Ep2) / 2, torch.where(first, Ep1, Ep2))
 
-    def backward(A_row, C_row):
-        A_x, C_x = A_row * L, C_row * L                 # the row's sum reaches x by L edges of +1
+    def backward(A_tok, C_tok):
+        # the row's sum reaches x by its L tokens' edges of +1
+        A_x, C_x = torch.where(mask, A_tok, 0.0).sum(-1), torch.where(mask, C_tok, 0.0).sum(-1)
         rel_x, rel_p1 = _rel(x, Ex), _rel(p1, Ep1)
         # tie: half to p1 and to p2, each then -A to s (p2 too where it is s (-A), inside)
         A_p = torch.where(tie, A_x / 2, A_x)
@@ -627,8 +676,8 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
         if dx is None:          # the terms are the differentiable input itself
             gs = (A_x + C_x).expand_as(x)
             As = A_x.expand_as(x)
-        elif callable(dx):      # a per-sequence term repeated at each token: its own pass (``_gspo_terms``)
-            gs = dx(A_x.squeeze(-1), C_x.squeeze(-1))
+        elif callable(dx):      # terms with their own pass (``_gspo_terms``, ``_sapo_terms``, ``_with_kl``)
+            gs = dx(A_x.expand_as(x), C_x.expand_as(x))
             As = None
         else:
             gs = (A_x + C_x + A_x * _rel(x, Ex)) * dx.abs()
@@ -640,6 +689,9 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
 
 
 _RECIPE_OFF = (("beta", (0, 0.0)), ("is_level", ("none",)), ("opsm_delta", (None,)), ("entropy_quantile", (None,)))
+# The KL term the oracle covers when beta is not 0: k3 inside the policy's aggregation, no clamps
+KL_COVERED = (("kl_estimator", "k3"), ("kl_aggregation", "policy"), ("kl_log_ratio_min", None),
+              ("kl_log_ratio_max", None), ("kl_output_min", None), ("kl_output_max", None))
 
 
 def _param_off(name: str, off: tuple) -> str:
@@ -664,23 +716,25 @@ def describe_formulas() -> str:
                      + ("; prompt groups b mod 4" if fid == "agg.prompt_mean" else ""))
         else:
             defaults = {p.name: p.default for p in f.params}
-            give = [_param_off(k, off) for k, off in _RECIPE_OFF if defaults.get(k) not in off]
-            needs = ("--shape BxT and its options (KL, IS, OPSM, entropy mask) off"
+            give = [_param_off(k, off) for k, off in _RECIPE_OFF if k != "beta" and defaults.get(k) not in off]
+            needs = ("--shape BxT and its options (IS, OPSM, entropy mask) off"
                      + (f" ({' '.join(give)})" if give else "")
+                     + f"; its KL term (beta, default {defaults['beta']}) off or k3 inside the aggregation, unclamped"
                      + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
                         if fid in ("loss.dapo", "loss.cispo") else "")
                      + "".join(f"; {name} null" for name in LOSS_FIXED_PARAMS.get(fid, ()))
                      + ("; ratio_level sequence or token" if fid == "loss.luspo" else "")
-                     + ("; with --vocab V [--hidden H] it is checked from hidden states through the adapter's "
-                        "fused head" if fid in HEAD_LOSS_FORMULAS else ""))
+                     + ("; with --vocab V [--hidden H] (and beta 0) it is checked from hidden states through the "
+                        "adapter's fused head" if fid in HEAD_LOSS_FORMULAS else ""))
         lines.append(f"{fid:<{width}} {f.title}\n{'':<{width}} needs {needs}")
     return "\n".join(lines)
 
 
-def oracle_params(formula: str, params: dict) -> dict:
+def oracle_params(formula: str, params: dict, kl: bool = True) -> dict:
     """The formula's parameters with defaults, or CheckError where the oracle has no scale for them:
-    aggregators at their default parameters, recipes with their options (KL, IS, OPSM, entropy
-    mask) off."""
+    aggregators at their default parameters, recipes with their options (IS, OPSM, entropy mask) off
+    and their KL term off or the k3 of ``KL_COVERED`` (off only, unless ``kl``: the fused-head
+    composite of check_head_loss.py has none)."""
     if formula not in ORACLE_FORMULAS:
         raise CheckError(f"{formula}: no oracle scale; formulas with one: {', '.join(ORACLE_FORMULAS)}")
     f = REGISTRY[formula]
@@ -700,7 +754,13 @@ def oracle_params(formula: str, params: dict) -> dict:
             raise CheckError(f"{formula}: the oracle scale covers {name}={default!r} only ({name}={p[name]!r}); "
                              f"leave {name} out")
     for k, off in _RECIPE_OFF:
-        if p.get(k) not in off:
+        if k == "beta" and kl and p.get(k) not in off:
+            for name, value in KL_COVERED:
+                if p.get(name) != value:
+                    raise CheckError(f"{formula}: with beta = {p['beta']!r} the oracle scale covers the KL term k3 "
+                                     f"inside the policy's aggregation, unclamped ({name}={p.get(name)!r}); give "
+                                     f"{_param_off(name, (value,))}, or {_param_off(k, off)}")
+        elif p.get(k) not in off:
             raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r}); "
                              f"give {_param_off(k, off)}")
     return p
@@ -741,8 +801,13 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
             def token_terms(sl):
                 return _ppo_terms(l[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
 
+        beta = float(p["beta"])
+        ref = tensors["ref_logprobs"].detach() if beta else None
+
         def terms(sl):
             got = token_terms(sl)
+            if beta:
+                return _with_kl(got, l[sl], ref[sl], mask[sl], beta)
             return got if len(got) == 4 else (*got, got[0] != 0)
 
         kind = LOSS_AGGREGATION.get(formula) or f"agg.{p['aggregation']}"
@@ -859,7 +924,7 @@ def check_arguments(formula: str, B: int, T: int, dtypes=("float32",), device: s
         if vocab is not None and formula not in HEAD_LOSS_FORMULAS:
             raise CheckError(f"--vocab applies to {', '.join(VOCAB_FORMULAS + HEAD_LOSS_FORMULAS)} only, "
                              f"not to {formula}")
-        oracle_params(formula, dict(params or {}))
+        oracle_params(formula, dict(params or {}), kl=vocab is None)
     if vocab is not None:
         _count("--vocab", vocab, 2)
         if hidden is not None:
@@ -1132,7 +1197,7 @@ def run_head_loss_checks(adapter, B, T, V, H, dtypes, device, seed, params, chun
 
     from . import check_head_loss as hl
 
-    p = oracle_params(hl.FORMULA, params)
+    p = oracle_params(hl.FORMULA, params, kl=False)
     H, arrays = _seeded_head(B, T, V, H, device, seed)
     head = getattr(adapter, "heads", {}).get(hl.FORMULA)
     results = []

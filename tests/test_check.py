@@ -75,11 +75,11 @@ def test_oracle_agrees_with_the_reference_on_the_scale_cases(case):
     _agree(case, out, grads, scales, case["positions"])
 
 
-def test_the_scale_cases_cover_every_oracle_formula_but_grpo_with_kl():
+def test_the_scale_cases_cover_every_oracle_formula():
     covered = {c["formula"] for c in _scale_cases() if _oracle_applies(c)}
-    # loss.grpo's scale cases have beta = 0.04; logprob.token's oracle is tested on every corpus case of
+    # loss.grpo's with its KL term (beta = 0.04); logprob.token's oracle is tested on every corpus case of
     # the formula and on the linear-head composite (below)
-    assert covered == set(check.ORACLE_FORMULAS) - {"loss.grpo"} - set(check.VOCAB_FORMULAS)
+    assert covered == set(check.ORACLE_FORMULAS) - set(check.VOCAB_FORMULAS)
 
 
 @pytest.mark.parametrize("formula, params", [("loss.grpo", {"beta": 0.0}), ("loss.bnpo", {}), ("agg.sample_mean", {}),
@@ -103,7 +103,11 @@ def test_oracle_agrees_with_the_reference_on_a_seeded_ragged_batch(formula, para
     ("loss.cispo", {"cap_form": "absolute", "eps_high": 0.9}),
     ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.2, "eps_high": 0.28}),
     ("loss.sapo", {}), ("loss.sapo", {"tau_pos": 0.5, "tau_neg": 2.0, "log_ratio_clamp": 1.0}),
-    ("loss.luspo", {}), ("loss.luspo", {"ratio_level": "token", "eps_low": 0.2, "eps_high": 0.28})])
+    ("loss.luspo", {}), ("loss.luspo", {"ratio_level": "token", "eps_low": 0.2, "eps_high": 0.28}),
+    # with the KL term (k3 inside the policy's aggregation)
+    ("loss.grpo", {}), ("loss.bnpo", {"beta": 0.1, "log_ratio_clamp": 0.3}), ("loss.dapo", {"beta": 0.04}),
+    ("loss.cispo", {"beta": 0.05}), ("loss.sapo", {"beta": 0.05}), ("loss.gspo", {"beta": 0.04}),
+    ("loss.luspo", {"beta": 0.04, "ratio_level": "token"})])
 def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
@@ -146,7 +150,8 @@ def test_torch_backend_passes_at_scale_in_float32_and_bfloat16():
                             ("loss.cispo", {}), ("loss.cispo", {"cap_form": "absolute", "eps_high": 5.0}),
                             ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.2, "eps_high": 0.2}),
                             ("loss.sapo", {}), ("loss.sapo", {"log_ratio_clamp": 1.0}),
-                            ("loss.luspo", {}), ("loss.luspo", {"ratio_level": "token", "eps_low": 0.2, "eps_high": 0.2})):
+                            ("loss.luspo", {}), ("loss.luspo", {"ratio_level": "token", "eps_low": 0.2, "eps_high": 0.2}),
+                            ("loss.grpo", {}), ("loss.cispo", {"beta": 0.05}), ("loss.gspo", {"beta": 0.04})):
         for dtype in ("float32", "bfloat16"):
             res = check.run_check(adapter, formula, 4, 2048, dtype, params=params)
             assert res.outcome == "pass", res.message
@@ -232,19 +237,32 @@ def test_old_logprobs_of_a_sapo_check_cover_the_gate_and_keep_off_a_clamp(clamp)
         assert np.abs(np.abs(d) - clamp).min() >= check.INSIDE - 0.07
 
 
+def test_the_kl_terms_reference_log_probs_spread_and_are_exact_in_bfloat16():
+    """The corpus's generator keeps l_ref within 1/32 of l: a check with the KL term spreads
+    x = l_ref - l over KL_SPREAD (k3 from its cancelling small-x regime to x = 1), exact in bfloat16."""
+    arrays = check.check_inputs("loss.grpo", 6, 1024, 3, {})
+    ref, mask = arrays["ref_logprobs"], arrays["mask"]
+    assert torch.equal(torch.from_numpy(ref).to(torch.bfloat16).double(), torch.from_numpy(ref))
+    x = (ref - arrays["logprobs"])[mask]
+    assert x.min() < check.KL_SPREAD[0] + 0.05 and x.max() > check.KL_SPREAD[1] - 0.05
+    assert (np.abs(x) < 0.05).mean() > 0.02 and (np.abs(x) > 0.5).mean() > 0.3
+    assert "ref_logprobs" not in check.check_inputs("loss.grpo", 2, 8, 3, {"beta": 0})
+
+
 @pytest.mark.parametrize("formula, B, params, unbounded", [
     ("loss.gspo", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),                          # never clips its ratio
     ("loss.luspo", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),
     ("loss.cispo", 4, {"aggregation": "token_mean"}, {"eps_high": 1e6}),               # never truncates its weight
     ("loss.sapo", 4, {}, {"tau_pos": 1.05, "tau_neg": 1.0}),                          # the temperatures swapped
+    ("loss.grpo", 4, {}, {"kl_estimator": "k2"}),                                      # k2 for k3 in the KL term
 ])
-def test_a_kernel_that_ignores_its_bound_is_caught(formula, B, params, unbounded):
+def test_a_kernel_with_a_wrong_term_is_caught(formula, B, params, unbounded):
     torch_adapter = runner.load_adapter("torch")
 
     def ignores(inputs, p):
         return torch_adapter.implementations[formula](inputs, {**p, **unbounded})
 
-    adapter = Adapter("ignores-its-bound", "test", "0", implementations={formula: ignores})
+    adapter = Adapter("wrong-term", "test", "0", implementations={formula: ignores})
     res = check.run_check(adapter, formula, B, 2048, "float32", params=params)
     assert res.outcome == "fail" and res.outputs[1].failures > 2048, res.message
     assert check.run_check(torch_adapter, formula, B, 2048, "float32", params=params).outcome == "pass"
@@ -346,7 +364,7 @@ def test_usage_errors():
     with pytest.raises(check.CheckError, match="no oracle scale"):
         check.run_check(adapter, "kl.k3", 2, 8)
     with pytest.raises(check.CheckError, match="options off"):
-        check.run_check(adapter, "loss.grpo", 2, 8)          # beta = 0.04 by default
+        check.run_check(adapter, "loss.grpo", 2, 8, params={"is_level": "token"})
     with pytest.raises(check.CheckError, match="BxT"):
         check.parse_shape("64-32768")
 
@@ -495,7 +513,11 @@ def test_logprob_check_usage_errors():
     ("loss.bnpo", {"params": {"eps_low": -0.2}}, r"--param: loss.bnpo: parameter 'eps_low' must be real in \[0, 1\]"),
     ("loss.bnpo", {"params": {"eps_low": "abc"}}, r"--param: .*'eps_low' must be real"),
     ("loss.bnpo", {"params": [("beta", 0)]}, r"params must be a dict"),
-    ("loss.grpo", {}, r"options off \(beta=0.04\); give --param beta=0"),
+    ("loss.grpo", {"params": {"kl_estimator": "k2"}}, r"with beta = 0.04 the oracle scale covers the KL term k3 "
+     r"inside the policy's aggregation, unclamped \(kl_estimator='k2'\); give --param kl_estimator=k3, or --param beta=0"),
+    ("loss.bnpo", {"params": {"beta": 0.1, "kl_log_ratio_min": -20}}, r"unclamped \(kl_log_ratio_min=-20\)"),
+    ("loss.grpo", {"params": {"kl_aggregation": "sample_mean"}, "vocab": 100},
+     r"options off \(beta=0.04\); give --param beta=0"),        # the fused-head composite has no KL term
     ("agg.constant", {}, r"--param: agg.constant: parameter 'divisor' is required"),
     ("agg.constant", {"params": {"divisor": 8, "count_empty_sequences": False}},
      r"default parameters only \(and any divisor, divide_by\) \(count_empty_sequences=False\); leave count_empty_sequences out"),
@@ -565,7 +587,7 @@ def test_cli_list_and_bad_arguments_exit_2_before_any_work(tmp_path):
     listed = subprocess.run(cmd + ["--list"], capture_output=True, text=True)
     assert listed.returncode == 0
     assert [ln.split()[0] for ln in listed.stdout.splitlines() if not ln.startswith(" ")] == list(check.ORACLE_FORMULAS)
-    assert "--param beta=0" in listed.stdout and "--vocab V" in listed.stdout
+    assert "its KL term (beta, default 0.04) off or k3" in listed.stdout and "--vocab V" in listed.stdout
     none = subprocess.run(cmd + ["--formula", "loss.grpo", "--param", "beta=0", "--vocab", "50", "--shape", "2x16"],
                           capture_output=True, text=True)      # the torch backend has no fused head
     assert none.returncode == 2 and "nothing was checked" in none.stderr and ": unsupported" in none.stdout
