@@ -221,11 +221,21 @@ def old_logprobs_off_the_kinks(l: np.ndarray, mask: np.ndarray, seed: int, param
     """old = l - rho where the mask holds (0 elsewhere), rho from ``draw_log_ratios`` for the loss's
     eps_low, eps_high and log_ratio_clamp, rounded to the nearest bfloat16 (and to 0 below 2^-14), so
     that every dtype holds it exactly: float64 array."""
+    return _bfloat16_at(mask, l - draw_log_ratios(l.shape, seed, *_kinks(params)))
+
+
+def _bfloat16_at(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` where the mask holds (0 elsewhere) rounded to the nearest bfloat16, and to 0 below
+    2^-14 (float16's smallest normal): exact in every dtype.  A float64 array."""
     import torch
 
-    rho = draw_log_ratios(l.shape, seed, *_kinks(params))
-    old = torch.from_numpy(np.where(mask, l - rho, 0.0)).to(torch.bfloat16).double().numpy()
-    return np.where(np.abs(old) < 2.0 ** -14, 0.0, old)
+    out = torch.from_numpy(np.where(mask, values, 0.0)).to(torch.bfloat16).double().numpy()
+    return np.where(np.abs(out) < 2.0 ** -14, 0.0, out)
+
+
+def _stream(seed: int, k: int) -> np.random.Generator:
+    """The k-th numpy PCG64 stream of a check's seed (mod 2^64), independent of ``pcg64(seed)``'s."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed) % 2 ** 64, k])))
 
 
 SPREAD = (-2.0, 3.0)    # the log-ratios of a smooth loss's check (SAPO: its gate from r = 0.14 to saturation at 20)
@@ -235,13 +245,10 @@ def old_logprobs_spread(l: np.ndarray, mask: np.ndarray, seed: int, clamp=None) 
     """A smooth loss (SAPO's gate has no clip) is judged over a wide range of ratios: old = l - rho
     with rho uniform in SPREAD, moved out of the zone within INSIDE of +-c (a log-ratio clamp c, where
     the gradient stops), and rounded to bfloat16 as ``old_logprobs_off_the_kinks`` rounds them."""
-    import torch
-
     rho = pcg64(seed).uniform(*SPREAD, size=l.shape)
     for k in ([] if clamp is None else [-float(clamp), float(clamp)]):
         rho = np.where(np.abs(rho - k) < INSIDE, k + np.where(rho >= k, INSIDE, -INSIDE), rho)
-    old = torch.from_numpy(np.where(mask, l - rho, 0.0)).to(torch.bfloat16).double().numpy()
-    return np.where(np.abs(old) < 2.0 ** -14, 0.0, old)
+    return _bfloat16_at(mask, l - rho)
 
 
 KL_SPREAD = (-1.0, 1.0)     # x = l_ref - l of a check with the KL term (k3 from 0.0003 to 0.7)
@@ -250,12 +257,7 @@ KL_SPREAD = (-1.0, 1.0)     # x = l_ref - l of a check with the KL term (k3 from
 def ref_logprobs_spread(l: np.ndarray, mask: np.ndarray, seed: int) -> np.ndarray:
     """The KL term's reference log-probs: l_ref = l + x, x uniform in KL_SPREAD (the corpus's generator
     keeps l_ref within 1/32 of l), rounded to bfloat16 as the old log-probs are (0 where masked)."""
-    import torch
-
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed) % 2 ** 64, 2])))
-    x = rng.uniform(*KL_SPREAD, size=l.shape)
-    ref = torch.from_numpy(np.where(mask, l + x, 0.0)).to(torch.bfloat16).double().numpy()
-    return np.where(np.abs(ref) < 2.0 ** -14, 0.0, ref)
+    return _bfloat16_at(mask, l + _stream(seed, 2).uniform(*KL_SPREAD, size=l.shape))
 
 
 def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, seed: int, params: dict) -> np.ndarray:
@@ -267,12 +269,10 @@ def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, 
     less than GAP).  Even rows take a band where the loss has a gradient for their advantage (the
     unclipped branch: inside, below for A > 0, above for A < 0), odd rows one where it has none (the
     clipped constant), so a check of one sequence judges a gradient and a larger one judges both."""
-    import torch
-
     bands = _clip_bands(float(params["eps_low"]), float(params["eps_high"]))
     below = float(params["eps_low"]) < 1                # a band below the clip range (first), above it (last)
     kinds = ["below"] * below + ["inside"] * (len(bands) - 1 - below) + ["above"]
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed) % 2 ** 64, 1])))
+    rng = _stream(seed, 1)
     pick, u = rng.uniform(size=l.shape[0]), rng.uniform(size=l.shape[0])
     mu = np.empty(l.shape[0])
     for i, a in enumerate(adv):
@@ -281,8 +281,7 @@ def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, 
         mu[i] = _place(bands[want[int(pick[i] * len(want))]], u[i:i + 1])[0]
     z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
     z = np.where(mask, z - z.sum(-1, keepdims=True) / np.maximum(mask.sum(-1, keepdims=True), 1), 0.0)
-    old = torch.from_numpy(np.where(mask, l - (mu[:, None] + z), 0.0)).to(torch.bfloat16).double().numpy()
-    return np.where(np.abs(old) < 2.0 ** -14, 0.0, old)
+    return _bfloat16_at(mask, l - (mu[:, None] + z))
 
 
 def _sequence_level(formula: str, p: dict) -> bool:
@@ -304,11 +303,15 @@ def _kinks(params: dict) -> tuple:
 
 
 def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
-    """The inputs of a check: ``seeded_inputs``, and for the PPO losses old log-probs off the kinks
-    (``old_logprobs_off_the_kinks``, with the formula's parameters and defaults)."""
+    """The inputs of a check: ``seeded_inputs``, with (under the formula's parameters and defaults)
+    the old log-probs of a loss drawn to judge every branch: off the kinks per token
+    (``old_logprobs_off_the_kinks``), per sequence for a sequence-level loss
+    (``old_logprobs_per_sequence``), spread for SAPO's smooth gate (``old_logprobs_spread``); and with
+    the KL term, spread reference log-probs (``ref_logprobs_spread``)."""
     p = {q.name: q.default for q in REGISTRY[formula].params}
     p.update(params)
-    # loss.dapo's prompt_mean aggregation takes the prompt groups (an optional input, refused otherwise)
+    # loss.dapo's and loss.cispo's prompt_mean aggregation takes the prompt groups (an optional input,
+    # refused otherwise)
     groups = ("group_ids",) if formula in ("loss.dapo", "loss.cispo") and p.get("aggregation") == "prompt_mean" else ()
     ref = ("ref_logprobs",) if p.get("beta") else ()
     arrays = seeded_inputs(formula, B, T, seed, optional=groups + ref)
