@@ -705,32 +705,34 @@ def _param_off(name: str, off: tuple) -> str:
 
 def describe_formulas() -> str:
     """`pgspec check --list`: each formula with an oracle, its title, and what a check of it needs."""
-    lines = []
     width = max(len(fid) for fid in ORACLE_FORMULAS)
-    for fid in ORACLE_FORMULAS:
-        f = REGISTRY[fid]
-        if fid in VOCAB_FORMULAS:
-            needs = ("--vocab V [--hidden H]: through a linear head of exact logits; parameters temperature > 0, "
-                     "logit_scale > 0, softcap null")
-        elif fid.startswith("agg."):
-            free = AGG_FREE_PARAMS.get(fid, ())
-            divisor = " and --param divisor=K (K > 0; divide_by K or K*N, N = B)" if fid == "agg.constant" else ""
-            needs = ("--shape BxT" + divisor + "; its " + ("other " if free else "") + "parameters at their defaults"
-                     + ("; prompt groups b mod 4" if fid == "agg.prompt_mean" else ""))
-        else:
-            defaults = {p.name: p.default for p in f.params}
-            give = [_param_off(k, off) for k, off in _RECIPE_OFF if k != "beta" and defaults.get(k) not in off]
-            needs = ("--shape BxT and its options (IS, OPSM, entropy mask) off"
-                     + (f" ({' '.join(give)})" if give else "")
-                     + f"; its KL term (beta, default {defaults['beta']}) off or k3 inside the aggregation, unclamped"
-                     + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
-                        if fid in ("loss.dapo", "loss.cispo") else "")
-                     + "".join(f"; {name} null" for name in LOSS_FIXED_PARAMS.get(fid, ()))
-                     + ("; ratio_level sequence or token" if fid == "loss.luspo" else "")
-                     + ("; with --vocab V [--hidden H] (and beta 0) it is checked from hidden states through the "
-                        "adapter's fused head" if fid in HEAD_LOSS_FORMULAS else ""))
-        lines.append(f"{fid:<{width}} {f.title}\n{'':<{width}} needs {needs}")
-    return "\n".join(lines)
+    return "\n".join(f"{fid:<{width}} {REGISTRY[fid].title}\n{'':<{width}} needs {oracle_needs(fid)}"
+                     for fid in ORACLE_FORMULAS)
+
+
+def oracle_needs(fid: str) -> str:
+    """What a check of formula ``fid`` (one of ORACLE_FORMULAS) needs: its arguments and the parameters
+    the oracle covers (`pgspec check --list`, and the formula's section of the docs)."""
+    f = REGISTRY[fid]
+    if fid in VOCAB_FORMULAS:
+        return ("--vocab V [--hidden H]: through a linear head of exact logits; parameters temperature > 0, "
+                "logit_scale > 0, softcap null")
+    if fid.startswith("agg."):
+        free = AGG_FREE_PARAMS.get(fid, ())
+        divisor = " and --param divisor=K (K > 0; divide_by K or K*N, N = B)" if fid == "agg.constant" else ""
+        return ("--shape BxT" + divisor + "; its " + ("other " if free else "") + "parameters at their defaults"
+                + ("; prompt groups b mod 4" if fid == "agg.prompt_mean" else ""))
+    defaults = {p.name: p.default for p in f.params}
+    give = [_param_off(k, off) for k, off in _RECIPE_OFF if k != "beta" and defaults.get(k) not in off]
+    return ("--shape BxT and its options (IS, OPSM, entropy mask) off"
+            + (f" ({' '.join(give)})" if give else "")
+            + f"; its KL term (beta, default {defaults['beta']}) off or k3 inside the aggregation, unclamped"
+            + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
+               if fid in ("loss.dapo", "loss.cispo") else "")
+            + "".join(f"; {name} null" for name in LOSS_FIXED_PARAMS.get(fid, ()))
+            + ("; ratio_level sequence or token" if fid == "loss.luspo" else "")
+            + ("; with --vocab V [--hidden H] (and beta 0) it is checked from hidden states through the "
+               "adapter's fused head" if fid in HEAD_LOSS_FORMULAS else ""))
 
 
 def oracle_params(formula: str, params: dict, kl: bool = True) -> dict:

@@ -363,6 +363,7 @@ class FormulaConformanceDirective(SphinxDirective):
     required_arguments = 1
 
     def run(self):
+        from pgspec.conformance import check
         from pgspec.reference import REGISTRY
 
         family = self.arguments[0]
@@ -391,6 +392,12 @@ class FormulaConformanceDirective(SphinxDirective):
             ref += nodes.inline("", "the full definition in the spec")
             section += _para(nodes.Text("Gradient, parameters, edge cases and worked example: "), ref,
                              nodes.Text("."))
+            if f.id in check.ORACLE_FORMULAS:
+                # the needs as a literal: they are command-line arguments (plain text would turn -- into a dash)
+                section += _para(nodes.Text("At production size, against the float64 oracle: "),
+                                 nodes.literal("", f"pgspec check --formula {f.id}"), nodes.Text(" (it needs "),
+                                 nodes.literal("", check.oracle_needs(f.id)),
+                                 nodes.Text("; README, \"Golden verify, comparison and production-size checks\")."))
             if data is not None:
                 row = data.get("formulas", {}).get(f.id, {})
                 rows = []
