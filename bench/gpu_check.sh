@@ -59,31 +59,24 @@ done
 for d in float32 bfloat16; do
     step "liger-triton-grpo-$d" "$LIMIT" $G --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
 done
-# the other token-level loss types of both: Dr.GRPO (divided by K N, K = 3000), and DAPO and CISPO (w = min(r, 1.2))
-# with the batch-pooled token mean (Liger's and TRL's normalizer; the per-prompt one has no Liger counterpart)
-DR="--formula loss.dr_grpo --shape $BT"
-DAPO="--formula loss.dapo --param aggregation=token_mean --shape $BT"
-CISPO="--formula loss.cispo --param aggregation=token_mean --shape $BT"
-GSPO="--formula loss.gspo --shape $BT"       # sequence level: Liger's importance_sampling_level='sequence'
-SAPO="--formula loss.sapo --shape $BT"
-LUSPO="--formula loss.luspo --shape $BT"     # Liger's declared bug with padded rows (deviations*.toml) shows here
-KL="--formula loss.grpo --shape $BT"         # GRPO with its KL term, k3, beta = 0.04 (Liger's default)
+# the other loss types of both kernels: Dr.GRPO (divided by K N, K = 3000), DAPO and CISPO (w = min(r, 1.2)) with the
+# batch-pooled token mean (Liger's and TRL's normalizer; the per-prompt one has no Liger counterpart), GSPO (sequence
+# level: Liger's importance_sampling_level='sequence'), SAPO, LUSPO (Liger's declared bug with padded rows,
+# deviations*.toml, shows here) and GRPO with its KL term (k3, beta = 0.04: Liger's default)
+loss_rows() {  # kernel (triton or fused), dtype
+    local k="$1" d="$2" a="pgspec.adapters.liger:make_$1_adapter" row name
+    for row in "drgrpo loss.dr_grpo" "dapo loss.dapo --param aggregation=token_mean" \
+               "cispo loss.cispo --param aggregation=token_mean" "gspo loss.gspo" "sapo loss.sapo" \
+               "luspo loss.luspo" "kl-grpo loss.grpo"; do
+        set -- $row
+        name="$1"; shift
+        step "liger-$k-$name-$d" "$LIMIT" --formula "$@" --shape "$BT" --adapter "$a" --dtype "$d" --device "$DEV"
+    done
+}
 for d in float32 bfloat16; do
-    step "liger-triton-drgrpo-$d" "$LIMIT" $DR --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
-    step "liger-triton-dapo-$d" "$LIMIT" $DAPO --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
-    step "liger-triton-cispo-$d" "$LIMIT" $CISPO --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
-    step "liger-triton-gspo-$d" "$LIMIT" $GSPO --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
-    step "liger-triton-sapo-$d" "$LIMIT" $SAPO --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
-    step "liger-triton-luspo-$d" "$LIMIT" $LUSPO --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
-    step "liger-triton-kl-grpo-$d" "$LIMIT" $KL --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
+    loss_rows triton "$d"
     [ "$DEV" = cpu ] && unset TRITON_INTERPRET
-    step "liger-fused-drgrpo-$d" "$LIMIT" $DR --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
-    step "liger-fused-dapo-$d" "$LIMIT" $DAPO --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
-    step "liger-fused-cispo-$d" "$LIMIT" $CISPO --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
-    step "liger-fused-gspo-$d" "$LIMIT" $GSPO --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
-    step "liger-fused-sapo-$d" "$LIMIT" $SAPO --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
-    step "liger-fused-luspo-$d" "$LIMIT" $LUSPO --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
-    step "liger-fused-kl-grpo-$d" "$LIMIT" $KL --adapter pgspec.adapters.liger:make_fused_adapter --dtype "$d" --device "$DEV"
+    loss_rows fused "$d"
     [ "$DEV" = cpu ] && export TRITON_INTERPRET=1
 done
 # the kernel's vocabulary loop: triton_grpo_loss on the logits of the linear head at V. They must fit: the call
