@@ -252,12 +252,112 @@ def old_logprobs_spread(l: np.ndarray, mask: np.ndarray, seed: int, clamp=None) 
 
 
 KL_SPREAD = (-1.0, 1.0)     # x = l_ref - l of a check with the KL term (k3 from 0.0003 to 0.7)
+KL_REACH = 1.0              # the width of the band on either side of a KL clamp's kink
+KL_ROUNDS = 32              # redraws of a token within INSIDE of a kink before the check gives up
 
 
-def ref_logprobs_spread(l: np.ndarray, mask: np.ndarray, seed: int) -> np.ndarray:
-    """The KL term's reference log-probs: l_ref = l + x, x uniform in KL_SPREAD (the corpus's generator
-    keeps l_ref within 1/32 of l), rounded to bfloat16 as the old log-probs are (0 where masked)."""
-    return _bfloat16_at(mask, l + _stream(seed, 2).uniform(*KL_SPREAD, size=l.shape))
+def _kl_estimate(est, x, w=1.0):
+    """The KL estimator ``est`` of x = l_ref - l in float64 (reference.kl; k3_unbiased: w k3(x))."""
+    if est == "k1":
+        return -x
+    if est == "k2":
+        return x * x / 2
+    if est == "abs":
+        return np.abs(x)
+    return w * (np.expm1(x) - x)        # k3, k3_straight_through (its value), k3_unbiased
+
+
+def _kl_kinks(p: dict) -> list:
+    """The x = l_ref - l where the KL term changes branch (with w = 1 for k3_unbiased): the input
+    clamp's bounds, and where the estimator of the clamped x crosses an output clamp's bound (found
+    by bisection on each side of 0, where k2, k3 and abs are monotone, within |x| <= 60)."""
+    lo, hi = p["kl_log_ratio_min"], p["kl_log_ratio_max"]
+    kinks = [float(b) for b in (lo, hi) if b is not None]
+    a, c = (-60.0 if lo is None else max(-60.0, float(lo))), (60.0 if hi is None else min(60.0, float(hi)))
+    pieces = [(a, c)] if p["kl_estimator"] == "k1" else [(a, min(c, 0.0)), (max(a, 0.0), c)]
+    for bound in (p["kl_output_min"], p["kl_output_max"]):
+        if bound is None:
+            continue
+
+        def f(x, bound=float(bound)):
+            return float(_kl_estimate(p["kl_estimator"], np.float64(x))) - bound
+
+        for s, e in pieces:
+            if s >= e or f(s) * f(e) > 0 or f(s) == f(e):
+                continue
+            for _ in range(200):
+                m = (s + e) / 2
+                s, e = (m, e) if f(s) * f(m) > 0 else (s, m)
+            kinks.append((s + e) / 2)
+    return sorted(set(kinks))
+
+
+def _kl_bands(kinks: list) -> list:
+    """The bands of x for a KL term with kinks: KL_SPREAD, and KL_REACH wide on either side of each
+    kink, with every zone within INSIDE of a kink cut out (a band with less than NEAREST left is
+    dropped).  Each a list of pieces (start, width)."""
+    zones = [(k - INSIDE, k + INSIDE) for k in kinks]
+    raw = [KL_SPREAD] + [q for k in kinks for q in ((k - KL_REACH, k - INSIDE), (k + INSIDE, k + KL_REACH))]
+    bands = []
+    for a, b in raw:
+        pieces = [(a, b)]
+        for za, zb in zones:
+            pieces = [q for pa, pb in pieces for q in ((pa, min(pb, za)), (max(pa, zb), pb)) if q[1] > q[0]]
+        if sum(pb - pa for pa, pb in pieces) >= NEAREST:
+            bands.append([(pa, pb - pa) for pa, pb in pieces])
+    return bands
+
+
+def _kl_branch(x, w, p: dict):
+    """Which side of each KL clamp x lies on (a code per token; w: k3_unbiased's ratio)."""
+    lo, hi = p["kl_log_ratio_min"], p["kl_log_ratio_max"]
+    xc = np.clip(x, -np.inf if lo is None else float(lo), np.inf if hi is None else float(hi))
+    y = _kl_estimate(p["kl_estimator"], xc, w)
+    code = np.zeros(x.shape, dtype=np.int64)
+    for k, (v, b, sign) in enumerate(((x, lo, -1), (x, hi, 1), (y, p["kl_output_min"], -1),
+                                      (y, p["kl_output_max"], 1))):
+        if b is not None:
+            code |= ((sign * (v - float(b))) > 0).astype(np.int64) << k
+    return code
+
+
+def ref_logprobs_spread(l: np.ndarray, mask: np.ndarray, seed: int, params: dict | None = None,
+                        old: np.ndarray | None = None) -> np.ndarray:
+    """The KL term's reference log-probs l_ref = l + x, rounded to bfloat16 as the old log-probs are
+    (0 where masked).  Without KL clamps x is uniform in KL_SPREAD (the corpus's generator keeps l_ref
+    within 1/32 of l).  With them (``params``' kl_log_ratio_min/max, kl_output_min/max), x is drawn
+    from the bands of ``_kl_bands`` with equal chance (a uniform u placing it in its band), so that
+    every side of every clamp is reached; a token whose rounded x lies within INSIDE of a kink (a
+    clamp's side differs at x +- INSIDE; k3_unbiased's output kinks move with its ratio
+    w = exp(l - old)) is drawn again, up to KL_ROUNDS times."""
+    p = {**{q.name: q.default for q in REGISTRY["loss.grpo"].params if q.name.startswith("kl_")}, **(params or {})}
+    rng = _stream(seed, 2)
+    kinks = _kl_kinks(p)
+    if not kinks:
+        return _bfloat16_at(mask, l + rng.uniform(*KL_SPREAD, size=l.shape))
+    bands = _kl_bands(kinks)
+    w = np.exp(l - old) if p["kl_estimator"] == "k3_unbiased" and old is not None else 1.0
+
+    def draw():
+        band = rng.integers(0, len(bands), size=l.shape)
+        return np.choose(band, [_place(pieces, rng.uniform(0.0, 1.0, size=l.shape)) for pieces in bands])
+
+    x = draw()
+    for _ in range(KL_ROUNDS):
+        ref = _bfloat16_at(mask, l + x)
+        xr = ref - l
+        here = _kl_branch(xr, w, p)
+        near = mask & ((_kl_branch(xr - INSIDE, w, p) != here) | (_kl_branch(xr + INSIDE, w, p) != here))
+        if not near.any():
+            return ref
+        x = np.where(near, draw(), x)
+    raise CheckError(f"the KL clamps {_kl_clamps(p)} leave no room for the check's reference log-probs off their "
+                     f"kinks (x = l_ref - l within {INSIDE} of a kink after {KL_ROUNDS} draws)")
+
+
+def _kl_clamps(p: dict) -> str:
+    return ", ".join(f"{k}={p[k]}" for k in ("kl_log_ratio_min", "kl_log_ratio_max", "kl_output_min", "kl_output_max")
+                     if p.get(k) is not None)
 
 
 def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, seed: int, params: dict) -> np.ndarray:
@@ -315,8 +415,6 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     groups = ("group_ids",) if formula in ("loss.dapo", "loss.cispo") and p.get("aggregation") == "prompt_mean" else ()
     ref = ("ref_logprobs",) if p.get("beta") else ()
     arrays = seeded_inputs(formula, B, T, seed, optional=groups + ref)
-    if ref:
-        arrays["ref_logprobs"] = ref_logprobs_spread(arrays["logprobs"], arrays["mask"], seed)
     if formula == "loss.sapo":
         arrays["old_logprobs"] = old_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p.get("log_ratio_clamp"))
     elif _sequence_level(formula, p):
@@ -324,6 +422,9 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
                                                             seed, p)
     elif formula in TOKEN_LOSSES or formula == "loss.luspo":
         arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, p)
+    if ref:                         # after the old log-probs: k3_unbiased's kinks move with exp(l - old)
+        arrays["ref_logprobs"] = ref_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p,
+                                                     arrays.get("old_logprobs"))
     return arrays
 
 
@@ -451,34 +552,156 @@ def _sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp):
     return torch.where(mask, x, zero), torch.where(mask, Ex, zero), backward
 
 
-def _with_kl(policy, l, ref, mask, beta):
-    """A token loss's terms with the reference's KL term added, term = pg + beta k3 (the recipes'
-    kl_aggregation 'policy', estimator k3, no clamps; reference.loss.compose): the nodes x = l_ref - l
-    (E = |x|), k3 = expm1_minus_x(x) (its rounding |e^x| + |e^x - 1| + |k3|, derivative e^x - 1),
-    k3 beta (derivative beta), pg + k3 beta (edges of +1).  ``policy``: the policy part's (x, E(x),
-    dx/dl or its own pass[, inexact]); returns the terms' (x, E(x), their pass, inexact)."""
+def _clip_node(v, E, lo, hi):
+    """The reference's clip node (reference._ad.clip) on values ``v`` with errors ``E``: inside the
+    closed interval [lo, hi] v itself; outside, the bound, a node with no path back whose error is
+    |bound|.  (value, E, inside); either bound may be None."""
+    import torch
+
+    inside = torch.ones_like(v, dtype=torch.bool)
+    if lo is not None:
+        inside &= v >= float(lo)
+    if hi is not None:
+        inside &= v <= float(hi)
+    if lo is None and hi is None:
+        return v, E, inside
+    c = torch.clamp(v, min=None if lo is None else float(lo), max=None if hi is None else float(hi))
+    return c, torch.where(inside, E, c.abs()), inside
+
+
+def _k2_nodes(x, Ex):
+    """k2 = x x / 2 (reference.kl.k2): the product node m = x x (two edges of |x| to x) and m / 2:
+    (k2, E(k2), the pass from k2 back to x)."""
+    m = x * x
+    Em = m.abs() + 2 * x.abs() * Ex
+    y = m / 2
+    Ey = y.abs() + Em / 2
+
+    def back(A, C):
+        A_m, C_m = A / 2, (C + A * _rel(y, Ey)) / 2
+        return 2 * x.abs() * A_m, 2 * x.abs() * (C_m + A_m * _rel(m, Em))
+
+    return y, Ey, back
+
+
+def _estimator_nodes(est, x, Ex):
+    """kl.k1, kl.k2, kl.k3 or kl.abs of ``x`` (error Ex) as the reference's nodes: (value, E, the pass
+    from the value back to x)."""
+    import torch
+
+    if est == "k1":                             # -x: an edge of -1, exact
+        y = -x
+        return y, y.abs() + Ex, lambda A, C: (A, C)
+    if est == "k2":
+        return _k2_nodes(x, Ex)
+    if est == "k3":                             # expm1_minus_x: its rounding as usually written
+        e1 = torch.expm1(x)
+        y = e1 - x
+        Ey = torch.exp(x) + e1.abs() + y.abs() + e1.abs() * Ex
+        return y, Ey, lambda A, C: (A * e1.abs(), (C + A * _rel(y, Ey)) * e1.abs())
+    if est == "abs":                            # |x|: the edge sign(x), 0 at x = 0
+        y, s = x.abs(), torch.sign(x).abs()
+        Ey = y + s * Ex
+        return y, Ey, lambda A, C: (A * s, (C + A * _rel(y, Ey)) * s)
+    raise ValueError(est)
+
+
+def _kl_terms(l, old, ref, mask, p):
+    """The reference's KL term at every token (reference.loss._kl_term with reference.kl): x = l_ref - l
+    (an edge of -1 to l, E = |x|), the input clamp clip(x, kl_log_ratio_min, kl_log_ratio_max), the
+    estimator ``kl_estimator`` (``_estimator_nodes``; k3_straight_through: sg[the clamped k3] +
+    k2(x) - sg[k2(x)], unclamped x, value the clamped k3's, error |y| + E(k3) + 2 E(k2);
+    k3_unbiased: the fused node w k3(clip(x)), w = exp(l - l_old), with the rounding of the formula
+    as usually written and the derivative -w x, none where the input clamp is active and
+    kl_sg_ratio_where_clamped, else w k3), then the output clamp clip(y, kl_output_min,
+    kl_output_max).  Returns (y, E(y), the pass from y to l, whether y is exact at 64 bits), masked
+    positions zero: y is exact where it is a clamp's bound, or k1 or abs (of x = l_ref - l, exact:
+    the check's inputs are short), or k2 of an x of at most 32 significant bits (``_float_bits``);
+    elsewhere (an exp) only where it is 0."""
+    import torch
+
+    est = p["kl_estimator"]
+    lo, hi = p["kl_log_ratio_min"], p["kl_log_ratio_max"]
+    x = ref - l
+    xc, Exc, inside = _clip_node(x, x.abs(), lo, hi)
+    zero = torch.zeros_like(l)
+    if est == "k3_unbiased":
+        d = l - old
+        w = torch.exp(d)
+        e1 = torch.expm1(xc)
+        k = e1 - xc
+        y = w * k
+        Ey = y.abs() + k.abs() * w * (1 + d.abs()) + w * (torch.exp(xc) + e1.abs() + k.abs() + e1.abs() * xc.abs())
+        slope = torch.where(inside, (w * x).abs(), zero if p["kl_sg_ratio_where_clamped"] else y.abs())
+
+        def to_l(A, C):
+            return A * slope + (C + A * _rel(y, Ey)) * slope
+    elif est == "k3_straight_through":
+        v, Ev, _ = _estimator_nodes("k3", xc, Exc)
+        v, Ev, v_kept = _clip_node(v, Ev, p["kl_output_min"], p["kl_output_max"])
+        g, Eg, back_g = _k2_nodes(x, x.abs())
+        y, Ey = v, v.abs() + Ev + 2 * Eg
+
+        def to_l(A, C):             # the edges of +1 (y to k2(x) - sg[k2(x)], to k2(x)) pass (A, C) on
+            A_x, C_x = back_g(A, C)
+            return A_x + C_x
+    else:
+        y, Ey, back = _estimator_nodes(est, xc, Exc)
+
+        def to_l(A, C):
+            A_x, C_x = back(A, C)
+            return torch.where(inside, A_x + C_x, zero)
+    if est in ("k1", "abs"):
+        exact = torch.ones_like(mask)
+    elif est == "k2":
+        exact = _float_bits(xc) <= 32
+    else:
+        exact = y == 0
+    if est != "k3_straight_through":            # its clamps act on the value only (v above)
+        y, Ey, kept = _clip_node(y, Ey, p["kl_output_min"], p["kl_output_max"])
+        exact = exact | ~kept
+    else:
+        kept, exact = torch.ones_like(mask), exact | ~v_kept
+
+    def backward(A, C):
+        return torch.where(mask & kept, to_l(A, C), zero)
+
+    return torch.where(mask, y, zero), torch.where(mask, Ey, zero), backward, exact
+
+
+def _float_bits(x):
+    """The significant bits of each float64 in ``x`` (0 for 0): 53 less the trailing zeros of its
+    53-bit significand."""
+    import torch
+
+    m, _ = torch.frexp(x.abs())
+    sig = (m * 2.0 ** 53).long()
+    low = sig & -sig                                  # its lowest set bit, a power of two
+    return torch.where(sig != 0, 53 - torch.log2(low.double()).long(), torch.zeros_like(sig))
+
+
+def _with_kl(policy, kl, mask, beta):
+    """A token loss's terms with the reference's KL term inside its aggregation (kl_aggregation
+    'policy'; reference.loss.compose): term = pg + kl beta (kl beta: E = |kl beta| + beta E(kl), the
+    edge beta; the sum: edges of +1).  ``policy``: the policy part's (x, E(x), dx/dl or its own
+    pass[, inexact]); ``kl``: ``_kl_terms``.  Returns the terms' (x, E(x), their pass, inexact)."""
     import torch
 
     xp, Ep, dp = policy[:3]
-    xk = ref - l
-    e1 = torch.expm1(xk)
-    k3 = e1 - xk
-    Ek = torch.exp(xk) + e1.abs() + k3.abs() + e1.abs() * xk.abs()
-    kb = k3 * beta
-    Ekb = kb.abs() + beta * Ek
-    zero = torch.zeros_like(l)
+    y, Ey, kl_back = kl[:3]
+    kb = y * beta
+    Ekb = kb.abs() + beta * Ey
+    zero = torch.zeros_like(y)
     x = torch.where(mask, xp + kb, zero)
     Ex = torch.where(mask, x.abs() + Ep + Ekb, zero)
 
     def backward(A, C):
-        # the term's edges of +1 pass (A, C) on to pg and to k3 beta
+        # the term's edges of +1 pass (A, C) on to pg and to kl beta
         if callable(dp):
             g = dp(A, C)
         else:
             g = (A + C + A * _rel(xp, Ep)) * dp.abs()
-        A_k, C_k = A * beta, (C + A * _rel(kb, Ekb)) * beta
-        A_x, C_x = A_k * e1.abs(), (C_k + A_k * _rel(k3, Ek)) * e1.abs()
-        return torch.where(mask, g + A_x + C_x, zero)
+        return torch.where(mask, g + kl_back(A * beta, (C + A * _rel(kb, Ekb)) * beta), zero)
 
     return x, Ex, backward, mask & ((x != 0) | (kb != 0))
 
@@ -570,16 +793,17 @@ def _phantom(k, inexact):
 
     Where every term is exact, the oracle counts a residue for a term that is a product with a
     clip bound (``x != 0``: PPO's clipped branch, CISPO's truncated weight), none for the inputs
-    themselves (an aggregator's values); a GSPO row's terms, one value repeated, are decided
-    exactly (``_gspo_terms``).  It differs from the reference only for a sum of k = 2^j terms,
+    themselves (an aggregator's values) and for a KL term aggregated separately whose value is
+    exact (``_kl_terms``: k1, abs, a short k2, a clamp's bound); a GSPO row's terms, one value
+    repeated, are decided exactly (``_gspo_terms``).  It differs from the reference only for a sum of k = 2^j terms,
     all exact, whose value has at most 64 bits (products: a short row whose every token is
     clipped; the check's rows have hundreds of tokens and a third unclipped), where the depth of
     that node's rounding is one more than the reference's (S larger); or more than 64 bits
-    (inputs of widely spread exponents), where it is one less."""
+    (inputs, or exact KL terms, of widely spread exponents), where it is one less."""
     return ((k >= 2) & inexact).long()
 
 
-def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, groups=None):
+def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, groups=None, root=None):
     """(value, S(value), S(grad) [B, T]) of an aggregator over per-token terms, following the
     reference's nodes (pgspec.reference.agg): row sums (one "sum" node each), then the aggregator's
     divisions and sums, then the scale pass backwards.  ``kind``, at its default parameters:
@@ -598,7 +822,10 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
     differentiable input itself, inexact) with masked positions zero; it is called once per chunk
     of ``chunk`` rows, whose temporaries stay within a chunk, and its x, E(x) and dx are kept for
     the gradient pass (24 bytes a token: evaluating the terms again would cost the oracle about a
-    sixth of its time)."""
+    sixth of its time).
+
+    ``root(v, E(v))``: the cotangent (A, C) the aggregate receives, (1, 0) when it is the loss itself
+    (a KL term aggregated separately reaches it through beta)."""
     import torch
 
     B = mask.shape[0]
@@ -629,9 +856,9 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
         Enum = _sum_rounding(k + _phantom(k, any_inexact.any()), s[rows].abs().sum()) + Es[rows].sum()
         v = num / N if N > 0 else num * 0
         Ev = v.abs() + Enum / N if N > 0 else v * 0
-        rel_v = _rel(v, Ev)
-        A_s = torch.full_like(s, 1.0) / N
-        C_s = torch.full_like(s, 1.0) * rel_v / N
+        A0, C0 = (1.0, 0.0) if root is None else root(v, Ev)
+        A_s = torch.full_like(s, 1.0) * A0 / N
+        C_s = torch.full_like(s, 1.0) * (C0 + A0 * _rel(v, Ev)) / N
     else:
         # v = (1/n) sum over units u with D_u > 0 of G_u / D_u: the units are the rows (sample_mean:
         # G = the row's sum, D = L_i) or the prompt groups (prompt_mean: G = a sum node over the
@@ -664,8 +891,8 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
         EP = _sum_rounding(ku + _phantom(ku, q_inexact), q[units].abs().sum()) + Eq[units].sum()
         v = P / n if n > 0 else P * 0
         Ev = v.abs() + EP / n if n > 0 else v * 0
-        rel_v = _rel(v, Ev)
-        A_q, C_q = 1 / n, rel_v / n
+        A0, C0 = (1.0, 0.0) if root is None else root(v, Ev)
+        A_q, C_q = A0 / n, (C0 + A0 * _rel(v, Ev)) / n
         step_q = C_q + A_q * _rel(q, Eq)
         A_s, C_s = A_q / Dd, step_q / Dd
         if unit is not None:        # a group's sum passes its cotangent to each of its rows' sums (+1)
@@ -692,9 +919,6 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
 
 
 _RECIPE_OFF = (("beta", (0, 0.0)), ("is_level", ("none",)), ("opsm_delta", (None,)), ("entropy_quantile", (None,)))
-# The KL term the oracle covers when beta is not 0: k3 inside the policy's aggregation, no clamps
-KL_COVERED = (("kl_estimator", "k3"), ("kl_aggregation", "policy"), ("kl_log_ratio_min", None),
-              ("kl_log_ratio_max", None), ("kl_output_min", None), ("kl_output_max", None))
 
 
 def _param_off(name: str, off: tuple) -> str:
@@ -726,7 +950,7 @@ def oracle_needs(fid: str) -> str:
     give = [_param_off(k, off) for k, off in _RECIPE_OFF if k != "beta" and defaults.get(k) not in off]
     return ("--shape BxT and its options (IS, OPSM, entropy mask) off"
             + (f" ({' '.join(give)})" if give else "")
-            + f"; its KL term (beta, default {defaults['beta']}) off or k3 inside the aggregation, unclamped"
+            + f"; its KL term (beta, default {defaults['beta']}) any: estimator, clamps, aggregation"
             + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
                if fid in ("loss.dapo", "loss.cispo") else "")
             + "".join(f"; {name} null" for name in LOSS_FIXED_PARAMS.get(fid, ()))
@@ -738,8 +962,8 @@ def oracle_needs(fid: str) -> str:
 def oracle_params(formula: str, params: dict, kl: bool = True) -> dict:
     """The formula's parameters with defaults, or CheckError where the oracle has no scale for them:
     aggregators at their default parameters, recipes with their options (IS, OPSM, entropy mask) off
-    and their KL term off or the k3 of ``KL_COVERED`` (off only, unless ``kl``: the fused-head
-    composite of check_head_loss.py has none)."""
+    and their KL term off or any (estimator, clamps, aggregation; off only, unless ``kl``: the
+    fused-head composite of check_head_loss.py has none)."""
     if formula not in ORACLE_FORMULAS:
         raise CheckError(f"{formula}: no oracle scale; formulas with one: {', '.join(ORACLE_FORMULAS)}")
     f = REGISTRY[formula]
@@ -760,12 +984,8 @@ def oracle_params(formula: str, params: dict, kl: bool = True) -> dict:
                              f"leave {name} out")
     for k, off in _RECIPE_OFF:
         if k == "beta" and kl and p.get(k) not in off:
-            for name, value in KL_COVERED:
-                if p.get(name) != value:
-                    raise CheckError(f"{formula}: with beta = {p['beta']!r} the oracle scale covers the KL term k3 "
-                                     f"inside the policy's aggregation, unclamped ({name}={p.get(name)!r}); give "
-                                     f"{_param_off(name, (value,))}, or {_param_off(k, off)}")
-        elif p.get(k) not in off:
+            continue                # any KL term: estimator, clamps and aggregation
+        if p.get(k) not in off:
             raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r}); "
                              f"give {_param_off(k, off)}")
     return p
@@ -808,16 +1028,41 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
 
         beta = float(p["beta"])
         ref = tensors["ref_logprobs"].detach() if beta else None
+        kind = LOSS_AGGREGATION.get(formula) or f"agg.{p['aggregation']}"
+        args = _aggregation_args(kind, p, tensors)
 
-        def terms(sl):
+        def policy(sl):
             got = token_terms(sl)
-            if beta:
-                return _with_kl(got, l[sl], ref[sl], mask[sl], beta)
             return got if len(got) == 4 else (*got, got[0] != 0)
 
-        kind = LOSS_AGGREGATION.get(formula) or f"agg.{p['aggregation']}"
-        _, Ev, g = _aggregate_scales(kind, terms, mask, chunk, **_aggregation_args(kind, p, tensors))
-        return {"loss": Ev, "grad.logprobs": g}
+        def kl(sl):
+            return _kl_terms(l[sl], old[sl], ref[sl], mask[sl], p)
+
+        if not beta:
+            _, Ev, g = _aggregate_scales(kind, policy, mask, chunk, **args)
+            return {"loss": Ev, "grad.logprobs": g}
+        if p["kl_aggregation"] == "policy":         # term = pg + kl beta, with the recipe's aggregator
+            def terms(sl):
+                return _with_kl(token_terms(sl), kl(sl), mask[sl], beta)
+
+            _, Ev, g = _aggregate_scales(kind, terms, mask, chunk, **args)
+            return {"loss": Ev, "grad.logprobs": g}
+        # separately: loss = Agg(pg) + agg.<kl_aggregation>(kl) beta, a product node (the edge beta) and
+        # a sum (edges of +1): the policy's aggregate receives (1, 0), the KL's (beta, rel(kl beta) beta)
+        vp, Ep, gp = _aggregate_scales(kind, policy, mask, chunk, **args)
+        product = {}
+
+        def root(v, Ev):
+            kb = v * beta
+            product.update(value=kb, error=kb.abs() + beta * Ev)
+            return beta, _rel(kb, product["error"]) * beta
+
+        def kl_terms(sl):
+            y, Ey, back, exact = kl(sl)
+            return y, Ey, back, ~exact
+
+        _, _, gk = _aggregate_scales(f"agg.{p['kl_aggregation']}", kl_terms, mask, chunk, root=root)
+        return {"loss": (vp + product["value"]).abs() + Ep + product["error"], "grad.logprobs": gp + gk}
 
 
 def _aggregation_args(kind: str, p: dict, tensors: dict) -> dict:
@@ -914,11 +1159,11 @@ def check_arguments(formula: str, B: int, T: int, dtypes=("float32",), device: s
 
         lp.check_params(dict(params or {}))
     else:
+        from pgspec.adapters.torch._validate import check_parameters   # the oracle's: names, ranges, order
         from pgspec.reference import SpecError
-        from pgspec.reference._evaluate import check_params
 
         try:
-            check_params(REGISTRY[formula], dict(params or {}))
+            check_parameters(formula, dict(params or {}))
         except SpecError as e:
             raise CheckError(f"--param: {e}") from None
         if hidden is not None and vocab is None:

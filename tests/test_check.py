@@ -92,6 +92,9 @@ def test_oracle_agrees_with_the_reference_on_a_seeded_ragged_batch(formula, para
     _agree_on(formula, arrays, params)
 
 
+VERL_KL = {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20, "kl_output_min": -10, "kl_output_max": 10}
+
+
 @pytest.mark.parametrize("formula, params", [
     ("agg.token_mean", {}), ("agg.sample_mean", {}), ("agg.seq_mean_token_sum", {}), ("agg.prompt_mean", {}),
     ("agg.constant", {"divisor": 3000}), ("agg.constant", {"divisor": 2.5, "divide_by": "K"}),
@@ -107,13 +110,29 @@ def test_oracle_agrees_with_the_reference_on_a_seeded_ragged_batch(formula, para
     # with the KL term (k3 inside the policy's aggregation)
     ("loss.grpo", {}), ("loss.bnpo", {"beta": 0.1, "log_ratio_clamp": 0.3}), ("loss.dapo", {"beta": 0.04}),
     ("loss.cispo", {"beta": 0.05}), ("loss.sapo", {"beta": 0.05}), ("loss.gspo", {"beta": 0.04}),
-    ("loss.luspo", {"beta": 0.04, "ratio_level": "token"})])
+    ("loss.luspo", {"beta": 0.04, "ratio_level": "token"}),
+    # every KL estimator, with input and output clamps (verl's low_var_kl), and aggregated separately
+    ("loss.grpo", {"kl_estimator": "k1"}), ("loss.grpo", {"kl_estimator": "k2"}), ("loss.grpo", {"kl_estimator": "abs"}),
+    ("loss.grpo", VERL_KL), ("loss.grpo", {**VERL_KL, "kl_estimator": "k3_straight_through"}),
+    ("loss.grpo", {"kl_estimator": "k3_unbiased"}), ("loss.grpo", {**VERL_KL, "kl_estimator": "k3_unbiased"}),
+    ("loss.grpo", {"kl_estimator": "k3_unbiased", "kl_log_ratio_min": -0.5, "kl_log_ratio_max": 0.5,
+                   "kl_sg_ratio_where_clamped": False, "kl_output_max": 0.1}),
+    ("loss.grpo", {"kl_estimator": "k1", "kl_log_ratio_min": -0.5, "kl_output_max": 0.3}),
+    ("loss.grpo", {"kl_estimator": "k2", "kl_log_ratio_max": 0.5, "kl_output_max": 0.1}),
+    ("loss.grpo", {"kl_estimator": "abs", "kl_log_ratio_min": -0.5, "kl_output_max": 0.7}),
+    ("loss.grpo", {"kl_aggregation": "sample_mean"}),
+    ("loss.dapo", {"beta": 0.04, **VERL_KL, "kl_aggregation": "sample_mean"}),
+    ("loss.dapo", {"beta": 0.1, "kl_aggregation": "sample_mean", "kl_estimator": "k2"}),
+    ("loss.bnpo", {"beta": 0.1, "kl_aggregation": "token_mean", "kl_estimator": "k1", "kl_output_max": 0.3}),
+    ("loss.gspo", {"beta": 0.1, "kl_aggregation": "token_mean", "kl_estimator": "k3_unbiased"}),
+    ("loss.sapo", {"beta": 0.1, "kl_estimator": "k3_straight_through", "kl_output_max": 0.1})])
 def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
     of the counts, as the reference's nodes have them); row 0's advantage 0 (a loss term with no
     gradient), row 8 of three tokens (check._phantom: three terms, residue or not, have the depth of
-    four; a row of two exact terms is in the test below)."""
+    four; a row of two exact terms is in the test below).  Row 3 has 32 tokens: a separately
+    aggregated k1 or k2, whose terms are exact, leaves no residue in its sum (check._kl_terms)."""
     arrays = check.check_inputs(formula, 9, 40, 5, params)
     arrays["mask"][[2, 6]] = False
     arrays["mask"][8, 3:] = False
@@ -249,12 +268,61 @@ def test_the_kl_terms_reference_log_probs_spread_and_are_exact_in_bfloat16():
     assert "ref_logprobs" not in check.check_inputs("loss.grpo", 2, 8, 3, {"beta": 0})
 
 
+@pytest.mark.parametrize("params", [VERL_KL, {**VERL_KL, "kl_estimator": "k3_unbiased"},
+                                    {"kl_estimator": "k1", "kl_output_min": -10, "kl_output_max": 10},
+                                    {"kl_estimator": "k2", "kl_output_max": 10, "kl_aggregation": "token_mean"},
+                                    {"kl_estimator": "abs", "kl_log_ratio_max": 3}])
+def test_the_reference_log_probs_of_a_clamped_kl_term_reach_every_side_of_each_clamp_off_its_kinks(params):
+    """With KL clamps, x = l_ref - l reaches both sides of each clamp that the estimator can cross (a
+    code of _kl_branch per side), keeps more than INSIDE less the bfloat16 rounding of l_ref from each
+    kink (k3_unbiased's output kinks at its own ratio w), and stays exact in bfloat16."""
+    arrays = check.check_inputs("loss.grpo", 8, 2048, 7, params)
+    p = {q.name: q.default for q in REGISTRY["loss.grpo"].params} | params
+    ref, l, mask = arrays["ref_logprobs"], arrays["logprobs"], arrays["mask"]
+    assert torch.equal(torch.from_numpy(ref).to(torch.bfloat16).double(), torch.from_numpy(ref))
+    x = (ref - l)[mask]
+    w = np.exp(l - arrays["old_logprobs"])[mask] if p["kl_estimator"] == "k3_unbiased" else 1.0
+    codes = check._kl_branch(x, w, p)
+    kinks = check._kl_kinks(p)
+    assert kinks and len(set(codes.tolist())) >= len(kinks), (kinks, set(codes.tolist()))
+    for k in range(4):
+        side = (codes >> k) & 1
+        assert side.all() or not side.any() or 0.05 < side.mean() < 0.95
+    slack = 0.07                                # half a bfloat16 step of |l_ref| < 32
+    here = codes
+    assert (check._kl_branch(x - (check.INSIDE - slack), w, p) == here).all()
+    assert (check._kl_branch(x + (check.INSIDE - slack), w, p) == here).all()
+    assert (np.abs(x) < 1).mean() > 0.05      # and KL_SPREAD, where no clamp acts
+
+
+def test_float_bits_counts_significant_bits():
+    """k2 = x x / 2 of a KL term is exact at 64 bits when x has at most 32 significant bits."""
+    x = torch.tensor([0.0, 1.0, -3.0, 0.1, 1 + 2.0 ** -31, 1 + 2.0 ** -32, 2.0 ** -40, 1 - 2.0 ** -53], dtype=torch.float64)
+    assert check._float_bits(x).tolist() == [0, 1, 2, 52, 32, 33, 1, 53]
+
+
+def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeypatch):
+    """Bands that straddle a kink leave tokens near it after every redraw: the check refuses, naming the
+    clamps, rather than judge a branch that rounding decides."""
+    monkeypatch.setattr(check, "_kl_bands", lambda kinks: [[(kinks[0] - 0.01, 0.02)]])
+    with pytest.raises(check.CheckError, match=r"KL clamps kl_output_max=0.3 leave no room .* within 0.15 of a kink"):
+        check.check_inputs("loss.grpo", 2, 64, 1, {"kl_estimator": "k1", "kl_output_max": 0.3})
+
+
 @pytest.mark.parametrize("formula, B, params, unbounded", [
     ("loss.gspo", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),                          # never clips its ratio
     ("loss.luspo", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),
     ("loss.cispo", 4, {"aggregation": "token_mean"}, {"eps_high": 1e6}),               # never truncates its weight
     ("loss.sapo", 4, {}, {"tau_pos": 1.05, "tau_neg": 1.0}),                          # the temperatures swapped
     ("loss.grpo", 4, {}, {"kl_estimator": "k2"}),                                      # k2 for k3 in the KL term
+    ("loss.grpo", 4, VERL_KL, {"kl_output_min": None, "kl_output_max": None}),         # no output clamp
+    ("loss.grpo", 4, {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20},                # no input clamp
+     {"kl_log_ratio_min": None, "kl_log_ratio_max": None}),
+    ("loss.grpo", 4, {"kl_estimator": "k3_unbiased"}, {"kl_estimator": "k3"}),         # no bias correction
+    ("loss.grpo", 4, {"kl_estimator": "k3_straight_through"}, {"kl_estimator": "k3"}),  # k3's gradient, not k2's
+    ("loss.grpo", 4, {"kl_estimator": "k3_unbiased", "kl_log_ratio_min": -20, "kl_log_ratio_max": 20,
+                      "kl_sg_ratio_where_clamped": False}, {"kl_sg_ratio_where_clamped": True}),
+    ("loss.grpo", 4, {"kl_aggregation": "token_mean"}, {"kl_aggregation": "policy"}),  # KL inside the sample mean
 ])
 def test_a_kernel_with_a_wrong_term_is_caught(formula, B, params, unbounded):
     torch_adapter = runner.load_adapter("torch")
@@ -513,9 +581,11 @@ def test_logprob_check_usage_errors():
     ("loss.bnpo", {"params": {"eps_low": -0.2}}, r"--param: loss.bnpo: parameter 'eps_low' must be real in \[0, 1\]"),
     ("loss.bnpo", {"params": {"eps_low": "abc"}}, r"--param: .*'eps_low' must be real"),
     ("loss.bnpo", {"params": [("beta", 0)]}, r"params must be a dict"),
-    ("loss.grpo", {"params": {"kl_estimator": "k2"}}, r"with beta = 0.04 the oracle scale covers the KL term k3 "
-     r"inside the policy's aggregation, unclamped \(kl_estimator='k2'\); give --param kl_estimator=k3, or --param beta=0"),
-    ("loss.bnpo", {"params": {"beta": 0.1, "kl_log_ratio_min": -20}}, r"unclamped \(kl_log_ratio_min=-20\)"),
+    # the KL term's parameters (any estimator, clamps and aggregation): a clamp's bounds out of order crashed the oracle
+    ("loss.bnpo", {"params": {"beta": 0.1, "kl_log_ratio_min": 1, "kl_log_ratio_max": -1}},
+     r"--param: loss.bnpo: parameter 'kl_log_ratio_min' must be less than 'kl_log_ratio_max', got kl_log_ratio_min=1"),
+    ("loss.grpo", {"params": {"kl_output_min": 3, "kl_output_max": 3}}, r"'kl_output_min' must be less than 'kl_output_max'"),
+    ("loss.grpo", {"params": {"kl_estimator": "k9"}}, r"--param: loss.grpo: parameter 'kl_estimator'"),
     ("loss.grpo", {"params": {"kl_aggregation": "sample_mean"}, "vocab": 100},
      r"options off \(beta=0.04\); give --param beta=0"),        # the fused-head composite has no KL term
     ("agg.constant", {}, r"--param: agg.constant: parameter 'divisor' is required"),
@@ -587,7 +657,8 @@ def test_cli_list_and_bad_arguments_exit_2_before_any_work(tmp_path):
     listed = subprocess.run(cmd + ["--list"], capture_output=True, text=True)
     assert listed.returncode == 0
     assert [ln.split()[0] for ln in listed.stdout.splitlines() if not ln.startswith(" ")] == list(check.ORACLE_FORMULAS)
-    assert "its KL term (beta, default 0.04) off or k3" in listed.stdout and "--vocab V" in listed.stdout
+    assert "its KL term (beta, default 0.04) any: estimator, clamps, aggregation" in listed.stdout
+    assert "--vocab V" in listed.stdout
     none = subprocess.run(cmd + ["--formula", "loss.grpo", "--param", "beta=0", "--vocab", "50", "--shape", "2x16"],
                           capture_output=True, text=True)      # the torch backend has no fused head
     assert none.returncode == 2 and "nothing was checked" in none.stderr and ": unsupported" in none.stdout
