@@ -292,12 +292,12 @@ def _kl_kinks(p: dict) -> list:
     return sorted(set(kinks))
 
 
-def _kl_bands(kinks: list) -> list:
-    """The bands of x for a KL term with kinks: KL_SPREAD, and KL_REACH wide on either side of each
-    kink, with every zone within INSIDE of a kink cut out (a band with less than NEAREST left is
-    dropped).  Each a list of pieces (start, width)."""
+def _kl_bands(kinks: list, core: tuple = KL_SPREAD) -> list:
+    """The bands of x for a term with kinks (a KL term's, an IS weight's): ``core``, and KL_REACH wide
+    on either side of each kink, with every zone within INSIDE of a kink cut out (a band with less
+    than NEAREST left is dropped).  Each a list of pieces (start, width)."""
     zones = [(k - INSIDE, k + INSIDE) for k in kinks]
-    raw = [KL_SPREAD] + [q for k in kinks for q in ((k - KL_REACH, k - INSIDE), (k + INSIDE, k + KL_REACH))]
+    raw = [core] + [q for k in kinks for q in ((k - KL_REACH, k - INSIDE), (k + INSIDE, k + KL_REACH))]
     bands = []
     for a, b in raw:
         pieces = [(a, b)]
@@ -360,6 +360,76 @@ def _kl_clamps(p: dict) -> str:
                      if p.get(k) is not None)
 
 
+IS_SPREAD = (-1.0, 1.0)     # the IS log-weight u of a check with an IS weight (rho from 0.37 to 2.7)
+
+
+def _is_kinks(p: dict) -> list:
+    """The log-weights u where the IS weight changes branch: +-c (is_log_ratio_clamp) and the log of
+    each bound (is_c_min > 0, is_c_max) within them."""
+    c = p["is_log_ratio_clamp"]
+    kinks = [] if c is None else [-float(c), float(c)]
+    for b in (p["is_c_min"], p["is_c_max"]):
+        if b is not None and float(b) > 0 and (c is None or abs(math.log(float(b))) < float(c)):
+            kinks.append(math.log(float(b)))
+    return sorted(set(kinks))
+
+
+def _is_branch(u, p: dict):
+    """Which side of the IS weight's clamp and bounds each log-weight u lies on (a code per element)."""
+    c = p["is_log_ratio_clamp"]
+    uc = u if c is None else np.clip(u, -float(c), float(c))
+    rho = np.exp(uc)
+    code = np.zeros(np.shape(u), dtype=np.int64)
+    for k, (v, b, sign) in enumerate(((u, None if c is None else -c, -1), (u, c, 1), (rho, p["is_c_min"], -1),
+                                      (rho, p["is_c_max"], 1))):
+        if b is not None:
+            code |= ((sign * (v - float(b))) > 0).astype(np.int64) << k
+    return code
+
+
+def sampler_logprobs_off_the_kinks(old: np.ndarray, mask: np.ndarray, seed: int, params: dict) -> np.ndarray:
+    """The sampler's log-probs of a check with an IS weight: l_sampler = l_old - u, rounded to bfloat16
+    as the old log-probs are (0 where masked), u drawn so that the level's log-weight (a token's u, a
+    row's sum or mean) lies in IS_SPREAD or within KL_REACH either side of each kink of ``_is_kinks``
+    (the bands of ``_kl_bands``, equal chance), at least INSIDE from every kink after rounding (a
+    token, or a row, that falls nearer is drawn again, up to KL_ROUNDS times).  At the sequence and
+    geometric levels each row's log-weight U_i is drawn so and its tokens spread around it:
+    u_t = U_i / L_i (sequence; U_i geometric) + z_t - mean z, z uniform in [-BAND, BAND]."""
+    p = {**{q.name: q.default for q in REGISTRY["loss.grpo"].params if q.name.startswith("is_")}, **params}
+    rng = _stream(seed, 3)
+    bands = _kl_bands(_is_kinks(p), IS_SPREAD)
+    level = p["is_level"]
+    L = np.maximum(mask.sum(-1, keepdims=True), 1)
+
+    def draw(shape):
+        band = rng.integers(0, len(bands), size=shape)
+        return np.choose(band, [_place(pieces, rng.uniform(0.0, 1.0, size=shape)) for pieces in bands])
+
+    def tokens():
+        if level == "token":
+            return draw(old.shape)
+        U = draw((old.shape[0], 1))
+        z = np.where(mask, rng.uniform(-BAND, BAND, size=old.shape), 0.0)
+        z = np.where(mask, z - z.sum(-1, keepdims=True) / L, 0.0)
+        return (U / L if level == "sequence" else U) + z
+
+    u = tokens()
+    for _ in range(KL_ROUNDS):
+        sampler = _bfloat16_at(mask, old - u)
+        actual = np.where(mask, old - sampler, 0.0)
+        if level != "token":
+            actual = actual.sum(-1, keepdims=True) / (L if level == "geometric" else 1)
+        here = _is_branch(actual, p)
+        near = (_is_branch(actual - INSIDE, p) != here) | (_is_branch(actual + INSIDE, p) != here)
+        near = mask & near if level == "token" else np.broadcast_to(near, old.shape) & mask.any(-1, keepdims=True)
+        if not near.any():
+            return sampler
+        u = np.where(near, tokens(), u)
+    raise CheckError(f"the IS weight's bounds (is_c_min={p['is_c_min']}, is_c_max={p['is_c_max']}, is_log_ratio_clamp="
+                     f"{p['is_log_ratio_clamp']}) leave no room for the check's sampler log-probs off their kinks "
+                     f"(a {level} log-weight within {INSIDE} of a kink after {KL_ROUNDS} draws)")
+
+
 def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, seed: int, params: dict) -> np.ndarray:
     """GSPO clips the sequence ratio exp(mean_t (l - old)): old = l - rho with each row's mean log-ratio
     mu_i in one of the bands of ``_clip_bands`` (below the clip range, inside it where it is wide
@@ -406,15 +476,17 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     """The inputs of a check: ``seeded_inputs``, with (under the formula's parameters and defaults)
     the old log-probs of a loss drawn to judge every branch: off the kinks per token
     (``old_logprobs_off_the_kinks``), per sequence for a sequence-level loss
-    (``old_logprobs_per_sequence``), spread for SAPO's smooth gate (``old_logprobs_spread``); and with
-    the KL term, spread reference log-probs (``ref_logprobs_spread``)."""
+    (``old_logprobs_per_sequence``), spread for SAPO's smooth gate (``old_logprobs_spread``); with an
+    IS weight, the sampler's log-probs off its kinks (``sampler_logprobs_off_the_kinks``); and with
+    the KL term, spread reference log-probs, off its clamps' kinks (``ref_logprobs_spread``)."""
     p = {q.name: q.default for q in REGISTRY[formula].params}
     p.update(params)
     # loss.dapo's and loss.cispo's prompt_mean aggregation takes the prompt groups (an optional input,
     # refused otherwise)
     groups = ("group_ids",) if formula in ("loss.dapo", "loss.cispo") and p.get("aggregation") == "prompt_mean" else ()
     ref = ("ref_logprobs",) if p.get("beta") else ()
-    arrays = seeded_inputs(formula, B, T, seed, optional=groups + ref)
+    sampler = ("sampler_logprobs",) if p.get("is_level", "none") != "none" else ()
+    arrays = seeded_inputs(formula, B, T, seed, optional=groups + ref + sampler)
     if formula == "loss.sapo":
         arrays["old_logprobs"] = old_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p.get("log_ratio_clamp"))
     elif _sequence_level(formula, p):
@@ -422,6 +494,8 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
                                                             seed, p)
     elif formula in TOKEN_LOSSES or formula == "loss.luspo":
         arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, p)
+    if sampler:
+        arrays["sampler_logprobs"] = sampler_logprobs_off_the_kinks(arrays["old_logprobs"], arrays["mask"], seed, p)
     if ref:                         # after the old log-probs: k3_unbiased's kinks move with exp(l - old)
         arrays["ref_logprobs"] = ref_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p,
                                                      arrays.get("old_logprobs"))
@@ -706,6 +780,70 @@ def _with_kl(policy, kl, mask, beta):
     return x, Ex, backward, mask & ((x != 0) | (kb != 0))
 
 
+def is_weights(old, sampler, mask, p):
+    """The IS weight w^IS of every token as the reference's nodes compute it (reference.loss._is_weights,
+    reference.is_): d = l_old - l_sampler per token (E = |d|), the level's log-weight u (token: d;
+    sequence: a sum node over the row, E = depth(L) sum|d| + sum|d|, its exact short terms leave no
+    residue; geometric: that sum / L), clamped to [-c, c] (is_log_ratio_clamp; a clamped u is the
+    bound, E = c), rho = e^u (E = rho + rho E(u)), then truncated to [is_c_min, is_c_max] (is_mode
+    'truncate': a truncated weight is the bound, E = |bound|) or kept where it lies in that closed
+    band and the constant 0 elsewhere ('mask'); a missing bound is open.  Returns (w, E(w), whether
+    w is a node (not the constant 0), whether it is a truncation bound), float64 [B, T], masked 0.
+    The weight carries no gradient (sg[w])."""
+    import torch
+
+    zero = torch.zeros_like(old)
+    d = torch.where(mask, old - sampler, zero)
+    if p["is_level"] == "token":
+        u, Eu = d, d.abs()
+    else:
+        L = mask.sum(-1, keepdim=True)
+        absd = d.abs().sum(-1, keepdim=True)
+        u, Eu = d.sum(-1, keepdim=True), _depth(L) * absd + absd
+        if p["is_level"] == "geometric":
+            Ld = torch.clamp(L, min=1).double()
+            u = u / Ld
+            Eu = u.abs() + Eu / Ld
+        u, Eu = u.expand_as(old), Eu.expand_as(old)
+    c = p["is_log_ratio_clamp"]
+    u, Eu, _ = _clip_node(u, Eu, None if c is None else -float(c), c)
+    rho = torch.exp(u)
+    Erho = rho + rho * Eu
+    lo, hi = p["is_c_min"], p["is_c_max"]
+    w, Ew, inside = _clip_node(rho, Erho, lo, hi)
+    if p["is_mode"] == "truncate":
+        node, bound = mask.clone(), mask & ~inside
+    else:
+        node, bound = mask & inside, torch.zeros_like(mask)
+        w = rho
+    return torch.where(node, w, zero), torch.where(node, Ew, zero), node, bound
+
+
+def _weighted(policy, weights, mask):
+    """The policy terms times a constant IS weight w (reference.loss.compose, ``is_weights``): the
+    product node p w (E = |p w| + w E(p) + |p| E(w); the edge w to p, none to l through w), or the
+    constant 0 where the weight is (not an operand of the row's sum).  ``policy``: (x, E(x), dx/dl
+    or its own pass[, inexact]).  Returns (x, E(x), the pass, inexact, which terms are nodes)."""
+    import torch
+
+    x, Ex, dp = policy[:3]
+    inexact = policy[3] if len(policy) > 3 else x != 0
+    w, Ew, node, bound = weights
+    node = node & mask
+    xw = x * w
+    Exw = xw.abs() + w * Ex + x.abs() * Ew
+    zero = torch.zeros_like(x)
+
+    def backward(A, C):
+        # a term that is the constant 0 (w = 0) passes nothing on; a sequence loss's pass (GSPO's)
+        # still reaches such a token through its row's other terms
+        A_p, C_p = A * w, (C + A * _rel(xw, Exw)) * w
+        return dp(A_p, C_p) if callable(dp) else (A_p + C_p + A_p * _rel(x, Ex)) * dp.abs()
+
+    inexact = node & (inexact | (~bound & (xw != 0)))
+    return torch.where(node, xw, zero), torch.where(node, Exw, zero), backward, inexact, node
+
+
 def _gspo_terms(l, old, adv, mask, eps_low, eps_high):
     """The reference's GSPO nodes of each sequence (reference.loss._gspo_seq, no clamp, no cap on the
     mean), its loss x_i repeated at each unmasked token: (x [rows, T], E(x), the gradient pass from
@@ -819,7 +957,8 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
     input (check_head_loss.py).
 
     ``terms(rows)`` gives, for a slice of rows, (x, E(x), dx/dinput or None when the terms are the
-    differentiable input itself, inexact) with masked positions zero; it is called once per chunk
+    differentiable input itself, inexact[, which terms are nodes: the others are the constant 0,
+    not operands of the row's sum; default the mask]) with masked positions zero; it is called once per chunk
     of ``chunk`` rows, whose temporaries stay within a chunk, and its x, E(x) and dx are kept for
     the gradient pass (24 bytes a token: evaluating the terms again would cost the oracle about a
     sixth of its time).
@@ -833,17 +972,23 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
     s = torch.zeros(B, dtype=torch.float64, device=mask.device)
     Es, absum = torch.zeros_like(s), torch.zeros_like(s)
     any_inexact = torch.zeros(B, dtype=torch.bool, device=mask.device)
+    Lv = torch.zeros_like(L)
     kept = {}
     for start in range(0, B, chunk):
         sl = slice(start, start + chunk)
-        x, Ex, dx, inexact = terms(sl)
+        got = terms(sl)
+        x, Ex, dx, inexact = got[:4]
         kept[start] = (x, Ex, dx)
         s[sl] = x.sum(-1)
         absum[sl] = x.abs().sum(-1)
         any_inexact[sl] = inexact.any(-1)
-        Es[sl] = _sum_rounding(L[sl] + _phantom(L[sl], any_inexact[sl]), absum[sl]) + Ex.sum(-1)
+        Lv[sl] = (got[4] if len(got) > 4 else mask[sl]).sum(-1)
+        Es[sl] = _sum_rounding(Lv[sl] + _phantom(Lv[sl], any_inexact[sl]), absum[sl]) + Ex.sum(-1)
     rows = L > 0
     k = rows.sum()
+    # a row whose every term is the constant 0 (an IS weight of 0) sums to a constant: no term of the
+    # sums above it, though its tokens stay in the denominators
+    vrows = Lv > 0
     if kind in ("agg.token_mean", "agg.seq_mean_token_sum", "agg.constant"):
         # v = (sum over the rows' sums) / N: one sum node (an empty row's sum is a constant 0, no term)
         if kind == "agg.token_mean":
@@ -853,7 +998,8 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
         else:
             N = torch.tensor(float(divisor), dtype=torch.float64, device=mask.device)
         num = s[rows].sum()
-        Enum = _sum_rounding(k + _phantom(k, any_inexact.any()), s[rows].abs().sum()) + Es[rows].sum()
+        kv = vrows.sum()
+        Enum = _sum_rounding(kv + _phantom(kv, any_inexact.any()), s[rows].abs().sum()) + Es[rows].sum()
         v = num / N if N > 0 else num * 0
         Ev = v.abs() + Enum / N if N > 0 else v * 0
         A0, C0 = (1.0, 0.0) if root is None else root(v, Ev)
@@ -865,7 +1011,7 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
         # group's non-empty rows' sums, D = the group's token count)
         if kind == "agg.sample_mean":
             unit = None
-            G, EG, D, G_inexact = s, Es, L, any_inexact
+            G, EG, D, G_inexact, G_var = s, Es, L, any_inexact, vrows
         else:  # agg.prompt_mean
             _, unit = torch.unique(groups, return_inverse=True)
             n_units = int(unit.max()) + 1 if B else 0
@@ -873,7 +1019,8 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
             def per_unit(x):
                 return torch.zeros(n_units, dtype=x.dtype, device=x.device).index_add_(0, unit, x)
 
-            kg = per_unit(rows.long())
+            kg = per_unit(vrows.long())
+            G_var = kg > 0
             G = per_unit(torch.where(rows, s, torch.zeros_like(s)))
             G_inexact = per_unit((rows & any_inexact).long()) > 0
             D = per_unit(L.long())
@@ -883,11 +1030,13 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
         Dd = torch.where(units, D.double(), torch.ones_like(G))
         q = torch.where(units, G / Dd, torch.zeros_like(G))
         Eq = torch.where(units, q.abs() + EG / Dd, torch.zeros_like(G))
-        ku = units.sum()
-        n = ku.double()
+        n = units.sum().double()
         P = q[units].sum()
-        # q_u is inexact when some D_u is not a power of two, or its terms are inexact
-        q_inexact = ((D[units] & (D[units] - 1)) != 0).any() | G_inexact[units].any()
+        # the terms of the sum over units (a constant G_u, hence q_u, is none); q_u is inexact when
+        # some D_u is not a power of two, or its terms are inexact
+        live = units & G_var
+        ku = live.sum()
+        q_inexact = ((D[live] & (D[live] - 1)) != 0).any() | G_inexact[live].any()
         EP = _sum_rounding(ku + _phantom(ku, q_inexact), q[units].abs().sum()) + Eq[units].sum()
         v = P / n if n > 0 else P * 0
         Ev = v.abs() + EP / n if n > 0 else v * 0
@@ -918,7 +1067,7 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
     return (v, Ev, g, gA) if split else (v, Ev, g)
 
 
-_RECIPE_OFF = (("beta", (0, 0.0)), ("is_level", ("none",)), ("opsm_delta", (None,)), ("entropy_quantile", (None,)))
+_RECIPE_OFF = (("beta", (0, 0.0)), ("opsm_delta", (None,)), ("entropy_quantile", (None,)))
 
 
 def _param_off(name: str, off: tuple) -> str:
@@ -948,22 +1097,23 @@ def oracle_needs(fid: str) -> str:
                 + ("; prompt groups b mod 4" if fid == "agg.prompt_mean" else ""))
     defaults = {p.name: p.default for p in f.params}
     give = [_param_off(k, off) for k, off in _RECIPE_OFF if k != "beta" and defaults.get(k) not in off]
-    return ("--shape BxT and its options (IS, OPSM, entropy mask) off"
+    return ("--shape BxT; its OPSM and entropy mask off"
             + (f" ({' '.join(give)})" if give else "")
+            + "; its IS weight any: level, mode, bounds, clamp"
             + f"; its KL term (beta, default {defaults['beta']}) any: estimator, clamps, aggregation"
             + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
                if fid in ("loss.dapo", "loss.cispo") else "")
             + "".join(f"; {name} null" for name in LOSS_FIXED_PARAMS.get(fid, ()))
             + ("; ratio_level sequence or token" if fid == "loss.luspo" else "")
-            + ("; with --vocab V [--hidden H] (and beta 0) it is checked from hidden states through the "
+            + ("; with --vocab V [--hidden H] (and beta 0, is_level none) it is checked from hidden states through the "
                "adapter's fused head" if fid in HEAD_LOSS_FORMULAS else ""))
 
 
-def oracle_params(formula: str, params: dict, kl: bool = True) -> dict:
+def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
     """The formula's parameters with defaults, or CheckError where the oracle has no scale for them:
-    aggregators at their default parameters, recipes with their options (IS, OPSM, entropy mask) off
-    and their KL term off or any (estimator, clamps, aggregation; off only, unless ``kl``: the
-    fused-head composite of check_head_loss.py has none)."""
+    aggregators at their default parameters; recipes with their OPSM and entropy mask off, any IS
+    weight and any KL term (estimator, clamps, aggregation), or with ``head`` (the fused-head
+    composite of check_head_loss.py) neither an IS weight nor a KL term."""
     if formula not in ORACLE_FORMULAS:
         raise CheckError(f"{formula}: no oracle scale; formulas with one: {', '.join(ORACLE_FORMULAS)}")
     f = REGISTRY[formula]
@@ -982,12 +1132,12 @@ def oracle_params(formula: str, params: dict, kl: bool = True) -> dict:
         if p[name] != default:
             raise CheckError(f"{formula}: the oracle scale covers {name}={default!r} only ({name}={p[name]!r}); "
                              f"leave {name} out")
-    for k, off in _RECIPE_OFF:
-        if k == "beta" and kl and p.get(k) not in off:
+    for k, off in _RECIPE_OFF + ((("is_level", ("none",)),) if head else ()):
+        if k == "beta" and not head and p.get(k) not in off:
             continue                # any KL term: estimator, clamps and aggregation
         if p.get(k) not in off:
-            raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r}); "
-                             f"give {_param_off(k, off)}")
+            raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r})"
+                             f"{' from hidden states (--vocab)' if head else ''}; give {_param_off(k, off)}")
     return p
 
 
@@ -1026,6 +1176,13 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
             def token_terms(sl):
                 return _ppo_terms(l[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
 
+        if p["is_level"] != "none":                  # the policy terms times sg[w^IS]
+            weights = is_weights(old, tensors["sampler_logprobs"].detach(), mask, p)
+            unweighted = token_terms
+
+            def token_terms(sl):
+                return _weighted(unweighted(sl), tuple(t[sl] for t in weights), mask[sl])
+
         beta = float(p["beta"])
         ref = tensors["ref_logprobs"].detach() if beta else None
         kind = LOSS_AGGREGATION.get(formula) or f"agg.{p['aggregation']}"
@@ -1033,7 +1190,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
 
         def policy(sl):
             got = token_terms(sl)
-            return got if len(got) == 4 else (*got, got[0] != 0)
+            return got if len(got) >= 4 else (*got, got[0] != 0)
 
         def kl(sl):
             return _kl_terms(l[sl], old[sl], ref[sl], mask[sl], p)
@@ -1174,7 +1331,15 @@ def check_arguments(formula: str, B: int, T: int, dtypes=("float32",), device: s
         if vocab is not None and formula not in HEAD_LOSS_FORMULAS:
             raise CheckError(f"--vocab applies to {', '.join(VOCAB_FORMULAS + HEAD_LOSS_FORMULAS)} only, "
                              f"not to {formula}")
-        oracle_params(formula, dict(params or {}), kl=vocab is None)
+        oracle_params(formula, dict(params or {}), head=vocab is not None)
+        if formula.startswith("loss."):     # the recipe's own rules across its options (IS bounds, ...)
+            from pgspec.reference import evaluate
+
+            try:
+                tiny = check_inputs(formula, 1, 2, 0, dict(params or {}))
+                evaluate(formula, {k: v.tolist() for k, v in tiny.items()}, dict(params or {}))
+            except SpecError as e:
+                raise CheckError(f"--param: {e}") from None
     if vocab is not None:
         _count("--vocab", vocab, 2)
         if hidden is not None:
@@ -1447,7 +1612,7 @@ def run_head_loss_checks(adapter, B, T, V, H, dtypes, device, seed, params, chun
 
     from . import check_head_loss as hl
 
-    p = oracle_params(hl.FORMULA, params, kl=False)
+    p = oracle_params(hl.FORMULA, params, head=True)
     H, arrays = _seeded_head(B, T, V, H, device, seed)
     head = getattr(adapter, "heads", {}).get(hl.FORMULA)
     results = []

@@ -125,14 +125,30 @@ VERL_KL = {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20, "kl_output_min": -10
     ("loss.dapo", {"beta": 0.1, "kl_aggregation": "sample_mean", "kl_estimator": "k2"}),
     ("loss.bnpo", {"beta": 0.1, "kl_aggregation": "token_mean", "kl_estimator": "k1", "kl_output_max": 0.3}),
     ("loss.gspo", {"beta": 0.1, "kl_aggregation": "token_mean", "kl_estimator": "k3_unbiased"}),
-    ("loss.sapo", {"beta": 0.1, "kl_estimator": "k3_straight_through", "kl_output_max": 0.1})])
+    ("loss.sapo", {"beta": 0.1, "kl_estimator": "k3_straight_through", "kl_output_max": 0.1}),
+    # the IS weight: each level and mode, a clamp, with the KL term, and on every loss
+    ("loss.grpo", {"beta": 0, "is_level": "token"}),
+    ("loss.grpo", {"beta": 0, "is_level": "token", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 1.5}),
+    ("loss.grpo", {"is_level": "sequence"}),
+    ("loss.grpo", {"beta": 0, "is_level": "sequence", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 2.0}),
+    ("loss.grpo", {"beta": 0, "is_level": "geometric", "is_mode": "mask", "is_c_min": 0.8, "is_c_max": 1.25}),
+    ("loss.grpo", {"beta": 0, "is_level": "token", "is_log_ratio_clamp": 0.5, "is_c_max": None}),
+    ("loss.bnpo", {"beta": 0, "is_level": "token", "is_mode": "mask", "is_c_max": 1.5}),
+    ("loss.dapo", {"is_level": "sequence", "is_mode": "mask", "is_c_max": 2.0, "beta": 0.04, "kl_aggregation": "sample_mean"}),
+    ("loss.gspo", {"is_level": "token", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 1.5}),
+    ("loss.sapo", {"is_level": "geometric"}),
+    ("loss.cispo", {"is_level": "token", "is_mode": "mask", "is_c_max": 1.5, "aggregation": "token_mean"}),
+    ("loss.luspo", {"is_level": "sequence", "is_mode": "mask", "is_c_max": 1.5}),
+    ("loss.dr_grpo", {"is_level": "token", "is_c_max": 1.5, "beta": 0.04})])
 def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
     of the counts, as the reference's nodes have them); row 0's advantage 0 (a loss term with no
     gradient), row 8 of three tokens (check._phantom: three terms, residue or not, have the depth of
     four; a row of two exact terms is in the test below).  Row 3 has 32 tokens: a separately
-    aggregated k1 or k2, whose terms are exact, leaves no residue in its sum (check._kl_terms)."""
+    aggregated k1 or k2, whose terms are exact, leaves no residue in its sum (check._kl_terms).  An
+    IS weight in mask mode makes some terms the constant 0, whole rows of them at the sequence level:
+    no operands of the sums above them, their tokens still counted in the denominators."""
     arrays = check.check_inputs(formula, 9, 40, 5, params)
     arrays["mask"][[2, 6]] = False
     arrays["mask"][8, 3:] = False
@@ -295,6 +311,29 @@ def test_the_reference_log_probs_of_a_clamped_kl_term_reach_every_side_of_each_c
     assert (np.abs(x) < 1).mean() > 0.05      # and KL_SPREAD, where no clamp acts
 
 
+@pytest.mark.parametrize("params", [{"is_level": "token", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 1.5},
+                                    {"is_level": "token", "is_log_ratio_clamp": 0.5},
+                                    {"is_level": "sequence", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 2.0},
+                                    {"is_level": "geometric", "is_mode": "mask", "is_c_min": 0.8, "is_c_max": 1.25}])
+def test_the_sampler_log_probs_of_an_is_check_reach_every_side_of_its_bounds_off_its_kinks(params):
+    """The level's log-weight (a token's, a row's sum or mean) reaches both sides of each IS bound and
+    clamp, keeps more than INSIDE from each kink after the bfloat16 rounding, and is exact in bfloat16."""
+    p = {q.name: q.default for q in REGISTRY["loss.grpo"].params} | params
+    arrays = check.check_inputs("loss.grpo", 64, 512, 3, {"beta": 0, **params})
+    old, sampler, mask = arrays["old_logprobs"], arrays["sampler_logprobs"], arrays["mask"]
+    assert torch.equal(torch.from_numpy(sampler).to(torch.bfloat16).double(), torch.from_numpy(sampler))
+    u = np.where(mask, old - sampler, 0.0)
+    if p["is_level"] != "token":
+        u = u.sum(-1) / (mask.sum(-1) if p["is_level"] == "geometric" else 1)
+        assert np.abs(np.where(mask, old - sampler, 0.0)).max() > 0.05      # tokens spread around the row's
+    else:
+        u = u[mask]
+    codes = check._is_branch(u, p)
+    kinks = check._is_kinks(p)
+    assert kinks and len(set(codes.tolist())) == len(kinks) + 1, (kinks, set(codes.tolist()))
+    assert (check._is_branch(u - check.INSIDE, p) == codes).all() and (check._is_branch(u + check.INSIDE, p) == codes).all()
+
+
 def test_float_bits_counts_significant_bits():
     """k2 = x x / 2 of a KL term is exact at 64 bits when x has at most 32 significant bits."""
     x = torch.tensor([0.0, 1.0, -3.0, 0.1, 1 + 2.0 ** -31, 1 + 2.0 ** -32, 2.0 ** -40, 1 - 2.0 ** -53], dtype=torch.float64)
@@ -323,6 +362,11 @@ def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeyp
     ("loss.grpo", 4, {"kl_estimator": "k3_unbiased", "kl_log_ratio_min": -20, "kl_log_ratio_max": 20,
                       "kl_sg_ratio_where_clamped": False}, {"kl_sg_ratio_where_clamped": True}),
     ("loss.grpo", 4, {"kl_aggregation": "token_mean"}, {"kl_aggregation": "policy"}),  # KL inside the sample mean
+    ("loss.grpo", 8, {"beta": 0, "is_level": "token"}, {"is_c_max": None}),            # TIS without its cap
+    ("loss.grpo", 4, {"beta": 0, "is_level": "token", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 1.5},
+     {"is_mode": "truncate"}),                                                        # truncates, not masks
+    ("loss.bnpo", 16, {"beta": 0, "is_level": "sequence", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 2.0},
+     {"is_level": "token"}),                                                          # the token's weight
 ])
 def test_a_kernel_with_a_wrong_term_is_caught(formula, B, params, unbounded):
     torch_adapter = runner.load_adapter("torch")
@@ -432,7 +476,7 @@ def test_usage_errors():
     with pytest.raises(check.CheckError, match="no oracle scale"):
         check.run_check(adapter, "kl.k3", 2, 8)
     with pytest.raises(check.CheckError, match="options off"):
-        check.run_check(adapter, "loss.grpo", 2, 8, params={"is_level": "token"})
+        check.run_check(adapter, "loss.grpo", 2, 8, params={"opsm_delta": 0.0})
     with pytest.raises(check.CheckError, match="BxT"):
         check.parse_shape("64-32768")
 
@@ -587,7 +631,9 @@ def test_logprob_check_usage_errors():
     ("loss.grpo", {"params": {"kl_output_min": 3, "kl_output_max": 3}}, r"'kl_output_min' must be less than 'kl_output_max'"),
     ("loss.grpo", {"params": {"kl_estimator": "k9"}}, r"--param: loss.grpo: parameter 'kl_estimator'"),
     ("loss.grpo", {"params": {"kl_aggregation": "sample_mean"}, "vocab": 100},
-     r"options off \(beta=0.04\); give --param beta=0"),        # the fused-head composite has no KL term
+     r"options off \(beta=0.04\) from hidden states \(--vocab\); give --param beta=0"),  # the fused-head composite has no KL term
+    ("loss.grpo", {"params": {"beta": 0, "is_level": "token"}, "vocab": 100},
+     r"options off \(is_level='token'\) from hidden states \(--vocab\); give --param is_level=none"),      # nor an IS weight
     ("agg.constant", {}, r"--param: agg.constant: parameter 'divisor' is required"),
     ("agg.constant", {"params": {"divisor": 8, "count_empty_sequences": False}},
      r"default parameters only \(and any divisor, divide_by\) \(count_empty_sequences=False\); leave count_empty_sequences out"),
@@ -596,7 +642,12 @@ def test_logprob_check_usage_errors():
     ("loss.dr_grpo", {"params": {"divisor": 0}}, r"--param: loss.dr_grpo: parameter 'divisor'"),
     ("loss.gspo", {"params": {"log_ratio_clamp": 20}}, r"covers log_ratio_clamp=None only \(log_ratio_clamp=20\)"),
     ("loss.gspo", {"params": {"log_ratio_max": 10}}, r"covers log_ratio_max=None only"),
-    ("loss.grpo", {"params": {"beta": 0, "is_level": "token"}}, r"give --param is_level=none"),
+    ("loss.grpo", {"params": {"beta": 0, "opsm_delta": 0.1}}, r"give --param opsm_delta=null"),
+    ("loss.grpo", {"params": {"beta": 0, "entropy_quantile": 0.2}}, r"give --param entropy_quantile=null"),
+    ("loss.grpo", {"params": {"is_level": "token", "is_c_min": 3, "is_c_max": 2}},
+     r"--param: loss.grpo: parameter 'is_c_min' must be <= 'is_c_max'"),       # was a ValueError of the oracle
+    ("loss.grpo", {"params": {"is_level": "sequence", "is_mode": "mask", "is_c_max": None}},
+     r"--param: loss.grpo: at least one of the parameters 'is_c_min' and 'is_c_max' must be set"),
     ("loss.grpo", {"params": {"beta": 0}, "hidden": 16}, r"--hidden is the width of the linear head of a check with --vocab"),
     ("agg.token_mean", {"hidden": 16}, r"--hidden applies to logprob.token, loss.grpo \(with --vocab\) only"),
     ("loss.grpo", {"params": {"beta": 0}, "vocab": 100, "hidden": 0}, r"--hidden must be an integer >= 1, got 0"),
