@@ -62,12 +62,14 @@ done
 # the other loss types of both kernels: Dr.GRPO (divided by K N, K = 3000), DAPO and CISPO (w = min(r, 1.2)) with the
 # batch-pooled token mean (Liger's and TRL's normalizer; the per-prompt one has no Liger counterpart), GSPO (sequence
 # level: Liger's importance_sampling_level='sequence'), SAPO, LUSPO (Liger's declared bug with padded rows,
-# deviations*.toml, shows here) and GRPO with its KL term (k3, beta = 0.04: Liger's default)
+# deviations*.toml, shows here), VESPO (its bfloat16 bound on phi, a sum over each row, is loose: see the README),
+# and GRPO with its KL term (k3, beta = 0.04: Liger's default; and k3_unbiased: use_bias_correction_kl=True)
 loss_rows() {  # kernel (triton or fused), dtype
     local k="$1" d="$2" a="pgspec.adapters.liger:make_$1_adapter" row name
     for row in "drgrpo loss.dr_grpo" "dapo loss.dapo --param aggregation=token_mean" \
                "cispo loss.cispo --param aggregation=token_mean" "gspo loss.gspo" "sapo loss.sapo" \
-               "luspo loss.luspo" "kl-grpo loss.grpo"; do
+               "luspo loss.luspo" "vespo loss.vespo" "kl-grpo loss.grpo" \
+               "kl-unbiased-grpo loss.grpo --param kl_estimator=k3_unbiased"; do
         set -- $row
         name="$1"; shift
         step "liger-$k-$name-$d" "$LIMIT" --formula "$@" --shape "$BT" --adapter "$a" --dtype "$d" --device "$DEV"

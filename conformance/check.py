@@ -39,7 +39,7 @@ from .generator import generate_arrays
 U64 = 2.0 ** -53
 ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum", "agg.constant", "agg.prompt_mean",
                    "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "loss.sapo",
-                   "loss.luspo", "logprob.token")
+                   "loss.luspo", "loss.vespo", "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
 HEAD_LOSS_FORMULAS = ("loss.grpo",)       # with --vocab: from hidden states and an LM head (check_head_loss.py)
 # the token losses with a clip or a truncation: old log-probs off its kinks, per token (check_inputs)
@@ -47,7 +47,7 @@ TOKEN_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cis
 # Each token loss's aggregator (pgspec.reference.loss): loss.dapo's and loss.cispo's are their parameter `aggregation`
 LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean", "loss.dr_grpo": "agg.constant",
                     "loss.gspo": "agg.sample_mean", "loss.sapo": "agg.sample_mean",
-                    "loss.luspo": "agg.seq_mean_token_sum"}
+                    "loss.luspo": "agg.seq_mean_token_sum", "loss.vespo": "agg.token_mean"}
 # Parameters a loss's oracle covers only at their defaults (beyond the recipe options)
 LOSS_FIXED_PARAMS = {"loss.gspo": ("log_ratio_max", "log_ratio_clamp")}
 # The parameters an aggregator's oracle takes at any value; the others at their defaults only
@@ -454,6 +454,23 @@ def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, 
     return _bfloat16_at(mask, l - (mu[:, None] + z))
 
 
+VESPO_SPREAD = (-2.0, 2.0)  # each row's summed log-ratio of a VESPO check (its weight w from 0.14 to 7.4)
+
+
+def old_logprobs_row_sums(l: np.ndarray, mask: np.ndarray, seed: int) -> np.ndarray:
+    """VESPO weighs each sequence by phi(w), w = exp(sum_t (l - old)), which carries no gradient and
+    has no kink: old = l - d with each row's sum U_i uniform in VESPO_SPREAD (phi from its small-w
+    tail, through phi(1) = 1, to its decay) and its tokens spread around it, d_t = U_i / L_i + z_t -
+    mean z (z uniform in [-BAND, BAND]); rounded to bfloat16 as ``old_logprobs_off_the_kinks`` rounds
+    them (which moves a long row's sum by a few tenths)."""
+    rng = _stream(seed, 4)
+    L = np.maximum(mask.sum(-1, keepdims=True), 1)
+    U = rng.uniform(*VESPO_SPREAD, size=(l.shape[0], 1))
+    z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
+    z = np.where(mask, z - z.sum(-1, keepdims=True) / L, 0.0)
+    return _bfloat16_at(mask, l - (U / L + z))
+
+
 def _sequence_level(formula: str, p: dict) -> bool:
     """Whether the loss clips a sequence ratio (GSPO's term; LUSPO's at ratio_level 'sequence')."""
     return formula == "loss.gspo" or formula == "loss.luspo" and p["ratio_level"] == "sequence"
@@ -477,7 +494,8 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     the old log-probs of a loss drawn to judge every branch: off the kinks per token
     (``old_logprobs_off_the_kinks``), per sequence for a sequence-level loss
     (``old_logprobs_per_sequence``), spread for SAPO's smooth gate (``old_logprobs_spread``); with an
-    IS weight, the sampler's log-probs off its kinks (``sampler_logprobs_off_the_kinks``); and with
+    IS weight, the sampler's log-probs off its kinks (``sampler_logprobs_off_the_kinks``); for VESPO,
+    each row's summed log-ratio spread (``old_logprobs_row_sums``); and with
     the KL term, spread reference log-probs, off its clamps' kinks (``ref_logprobs_spread``)."""
     p = {q.name: q.default for q in REGISTRY[formula].params}
     p.update(params)
@@ -494,6 +512,8 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
                                                             seed, p)
     elif formula in TOKEN_LOSSES or formula == "loss.luspo":
         arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, p)
+    elif formula == "loss.vespo":
+        arrays["old_logprobs"] = old_logprobs_row_sums(arrays["logprobs"], arrays["mask"], seed)
     if sampler:
         arrays["sampler_logprobs"] = sampler_logprobs_off_the_kinks(arrays["old_logprobs"], arrays["mask"], seed, p)
     if ref:                         # after the old log-probs: k3_unbiased's kinks move with exp(l - old)
@@ -591,6 +611,42 @@ def _cispo_terms(l, old, adv, mask, cap_form, eps_low, eps_high, clamp):
     x = l * m
     Ex = x.abs() + l.abs() * Em
     zero = torch.zeros_like(x)
+    return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
+
+
+def _vespo_terms(l, old, adv, mask, p):
+    """The reference's VESPO nodes (reference.loss.vespo, reference.surrogate.vespo_log_weight and
+    vespo_phi; no sampler log-probs): per row, s = a sum node over sg[clip(d_t, -c, c)] (d_t = l_t -
+    l_old, E = |d|; a clamped d is the bound, E = c; its short exact terms leave no residue), log w =
+    clip(s, log min_weight, max_log_weight) (a clipped s is the bound, E = |bound|), phi = the fused
+    node vespo_phi (its stated rounding |phi| (1 + |k z| + |lam + k z| + |lam + k z - lam w| + 2 |lam w|
+    + |k|), z = log w, and the slope phi (k - lam w) carrying E(log w)), (k, lam) by the sign of A
+    (A >= 0: the positive pair), lam at least lambda_min; then at every token CISPO's nodes
+    m = -sg[phi] A (E = |m| + |A| (phi + E(phi))), x = l m (E = |x| + |l| E(m), dx/dl = m)."""
+    import torch
+
+    zero = torch.zeros_like(l)
+    d = torch.where(mask, l - old, zero)
+    c = p["log_ratio_clamp"]
+    d, Ed, _ = _clip_node(d, d.abs(), None if c is None else -float(c), c)
+    d, Ed = torch.where(mask, d, zero), torch.where(mask, Ed, zero)
+    absd = d.abs().sum(-1)
+    s, Es = d.sum(-1), _depth(mask.sum(-1)) * absd + Ed.sum(-1)
+    z, Ez, _ = _clip_node(s, Es, math.log(float(p["min_weight"])), p["max_log_weight"])
+    pos = adv >= 0
+    k = torch.where(pos, float(p["k_pos"]), float(p["k_neg"]))
+    lam = torch.clamp(torch.where(pos, float(p["lambda_pos"]), float(p["lambda_neg"])), min=float(p["lambda_min"]))
+    w = torch.exp(z)
+    phi = torch.exp(k * z - lam * torch.expm1(z))
+    slope = phi * (k - lam * w)
+    arg1 = lam + k * z
+    Ephi = phi * (1 + (k * z).abs() + arg1.abs() + (arg1 - lam * w).abs() + 2 * (lam * w).abs() + k.abs()) \
+        + slope.abs() * Ez
+    a, phi, Ephi = (t.unsqueeze(-1).expand_as(l) for t in (adv, phi, Ephi))
+    m = -phi * a
+    Em = m.abs() + a.abs() * (phi + Ephi)
+    x = l * m
+    Ex = x.abs() + l.abs() * Em
     return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
 
 
@@ -1099,7 +1155,8 @@ def oracle_needs(fid: str) -> str:
     give = [_param_off(k, off) for k, off in _RECIPE_OFF if k != "beta" and defaults.get(k) not in off]
     return ("--shape BxT; its OPSM and entropy mask off"
             + (f" ({' '.join(give)})" if give else "")
-            + "; its IS weight any: level, mode, bounds, clamp"
+            + ("; is_level none (VESPO folds the sampler's ratio into phi; the check gives no sampler log-probs)"
+               if fid == "loss.vespo" else "; its IS weight any: level, mode, bounds, clamp")
             + f"; its KL term (beta, default {defaults['beta']}) any: estimator, clamps, aggregation"
             + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
                if fid in ("loss.dapo", "loss.cispo") else "")
@@ -1163,6 +1220,9 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
         if formula == "loss.sapo":
             def token_terms(sl):
                 return _sapo_terms(l[sl], old[sl], adv[sl], mask[sl], p["tau_pos"], p["tau_neg"], clamp)
+        elif formula == "loss.vespo":
+            def token_terms(sl):
+                return _vespo_terms(l[sl], old[sl], adv[sl], mask[sl], p)
         elif _sequence_level(formula, p):
             def token_terms(sl):
                 return _gspo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"])

@@ -139,7 +139,11 @@ VERL_KL = {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20, "kl_output_min": -10
     ("loss.sapo", {"is_level": "geometric"}),
     ("loss.cispo", {"is_level": "token", "is_mode": "mask", "is_c_max": 1.5, "aggregation": "token_mean"}),
     ("loss.luspo", {"is_level": "sequence", "is_mode": "mask", "is_c_max": 1.5}),
-    ("loss.dr_grpo", {"is_level": "token", "is_c_max": 1.5, "beta": 0.04})])
+    ("loss.dr_grpo", {"is_level": "token", "is_c_max": 1.5, "beta": 0.04}),
+    # VESPO: its weight phi from the row's summed log-ratio, clamped per token and clipped as a sum
+    ("loss.vespo", {}), ("loss.vespo", {"beta": 0.04}),
+    ("loss.vespo", {"k_pos": 1.0, "lambda_pos": 0.5, "lambda_min": 1.0, "log_ratio_clamp": 0.05}),
+    ("loss.vespo", {"max_log_weight": 0.5, "min_weight": 0.5})])
 def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
@@ -362,6 +366,7 @@ def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeyp
     ("loss.grpo", 4, {"kl_estimator": "k3_unbiased", "kl_log_ratio_min": -20, "kl_log_ratio_max": 20,
                       "kl_sg_ratio_where_clamped": False}, {"kl_sg_ratio_where_clamped": True}),
     ("loss.grpo", 4, {"kl_aggregation": "token_mean"}, {"kl_aggregation": "policy"}),  # KL inside the sample mean
+    ("loss.vespo", 4, {}, {"k_pos": 3.0, "lambda_pos": 2.0, "k_neg": 2.0, "lambda_neg": 3.0}),  # phi's (k, lambda) swapped
     ("loss.grpo", 8, {"beta": 0, "is_level": "token"}, {"is_c_max": None}),            # TIS without its cap
     ("loss.grpo", 4, {"beta": 0, "is_level": "token", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 1.5},
      {"is_mode": "truncate"}),                                                        # truncates, not masks
