@@ -454,6 +454,69 @@ def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, 
     return _bfloat16_at(mask, l - (mu[:, None] + z))
 
 
+OPSM_SPREAD = (-1.0, 1.0)   # kappa_i = mean_t (l_sampler - l) of an OPSM check, besides the bands around its delta
+ENTROPY_SPREAD = (1.0, 5.0)  # the token entropies of an entropy-mask check
+TIE = (2, 3)                 # the ranks j - 2 .. j + 2 about the quantile's that share one entropy
+
+
+def sampler_logprobs_for_opsm(l: np.ndarray, mask: np.ndarray, seed: int, params: dict) -> np.ndarray:
+    """The sampler's log-probs of an OPSM check: each row's kappa_i = mean_t (l_sampler - l) in
+    OPSM_SPREAD or within KL_REACH either side of opsm_delta (the bands of ``_kl_bands``, equal
+    chance), its tokens spread around it (l_sampler - l = kappa_i + z_t - mean z, z uniform in
+    [-BAND, BAND]), rounded to bfloat16 as the old log-probs are; a row whose kappa then lies within
+    INSIDE of delta is drawn again, up to KL_ROUNDS times."""
+    delta = float(params["opsm_delta"])
+    rng = _stream(seed, 5)
+    bands = _kl_bands([delta], OPSM_SPREAD)
+    L = np.maximum(mask.sum(-1, keepdims=True), 1)
+
+    def rows():
+        band = rng.integers(0, len(bands), size=(l.shape[0], 1))
+        kappa = np.choose(band, [_place(pieces, rng.uniform(0.0, 1.0, size=band.shape)) for pieces in bands])
+        z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
+        return kappa + np.where(mask, z - z.sum(-1, keepdims=True) / L, 0.0)
+
+    x = rows()
+    for _ in range(KL_ROUNDS):
+        sampler = _bfloat16_at(mask, l + x)
+        kappa = np.where(mask, sampler - l, 0.0).sum(-1, keepdims=True) / L
+        near = (np.abs(kappa - delta) < INSIDE) & mask.any(-1, keepdims=True)
+        if not near.any():
+            return sampler
+        x = np.where(near, rows(), x)
+    raise CheckError(f"opsm_delta={delta} leaves no room for the check's sampler log-probs off its kink "
+                     f"(a row's mean log-ratio within {INSIDE} of it after {KL_ROUNDS} draws)")
+
+
+def entropy_off_the_quantile(mask: np.ndarray, seed: int, rho) -> np.ndarray:
+    """Token entropies for an entropy-mask check: uniform in ENTROPY_SPREAD, rounded to bfloat16 (0
+    where masked), with the quantile at 1 - rho made unambiguous: the unmasked tokens of ranks
+    j - 2 .. j + 2 about the quantile's position h = (1 - rho)(n - 1), j = floor(h), share one entropy
+    E0 (so the quantile is E0 in any precision, whatever the interpolation, and those tokens are kept),
+    the lower ranks at most E0 - INSIDE and the higher at least E0 + INSIDE."""
+    import torch
+
+    e = _stream(seed, 6).uniform(*ENTROPY_SPREAD, size=mask.shape)
+    e = torch.from_numpy(np.where(mask, e, 0.0)).to(torch.bfloat16).double().numpy()
+    flat = np.flatnonzero(mask)
+    n = flat.size
+    if n == 0:
+        return e
+    order = flat[np.argsort(e.flat[flat], kind="stable")]
+    j = int(math.floor((1 - float(rho)) * (n - 1) + 1e-9))
+    lo, hi = max(0, j - TIE[0]), min(n, j + TIE[1])
+    e0 = e.flat[order[j]]
+
+    def bf16(v):
+        return torch.from_numpy(np.asarray(v, dtype=np.float64)).to(torch.bfloat16).double().numpy()
+
+    out = e.copy()
+    out.flat[order[lo:hi]] = e0
+    out.flat[order[:lo]] = np.minimum(out.flat[order[:lo]], bf16(e0 - INSIDE - 0.01))
+    out.flat[order[hi:]] = np.maximum(out.flat[order[hi:]], bf16(e0 + INSIDE + 0.01))
+    return out
+
+
 VESPO_SPREAD = (-2.0, 2.0)  # each row's summed log-ratio of a VESPO check (its weight w from 0.14 to 7.4)
 
 
@@ -494,7 +557,9 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     the old log-probs of a loss drawn to judge every branch: off the kinks per token
     (``old_logprobs_off_the_kinks``), per sequence for a sequence-level loss
     (``old_logprobs_per_sequence``), spread for SAPO's smooth gate (``old_logprobs_spread``); with an
-    IS weight, the sampler's log-probs off its kinks (``sampler_logprobs_off_the_kinks``); for VESPO,
+    IS weight, the sampler's log-probs off its kinks (``sampler_logprobs_off_the_kinks``), or off
+    OPSM's (``sampler_logprobs_for_opsm``); with the entropy mask, entropies off its quantile
+    (``entropy_off_the_quantile``); for VESPO,
     each row's summed log-ratio spread (``old_logprobs_row_sums``); and with
     the KL term, spread reference log-probs, off its clamps' kinks (``ref_logprobs_spread``)."""
     p = {q.name: q.default for q in REGISTRY[formula].params}
@@ -503,8 +568,10 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     # refused otherwise)
     groups = ("group_ids",) if formula in ("loss.dapo", "loss.cispo") and p.get("aggregation") == "prompt_mean" else ()
     ref = ("ref_logprobs",) if p.get("beta") else ()
-    sampler = ("sampler_logprobs",) if p.get("is_level", "none") != "none" else ()
+    sampler = ("sampler_logprobs",) if p.get("is_level", "none") != "none" or p.get("opsm_delta") is not None else ()
     arrays = seeded_inputs(formula, B, T, seed, optional=groups + ref + sampler)
+    if p.get("entropy_quantile") is not None:
+        arrays["entropy"] = entropy_off_the_quantile(arrays["mask"], seed, p["entropy_quantile"])
     if formula == "loss.sapo":
         arrays["old_logprobs"] = old_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p.get("log_ratio_clamp"))
     elif _sequence_level(formula, p):
@@ -514,7 +581,9 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
         arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, p)
     elif formula == "loss.vespo":
         arrays["old_logprobs"] = old_logprobs_row_sums(arrays["logprobs"], arrays["mask"], seed)
-    if sampler:
+    if p.get("opsm_delta") is not None:
+        arrays["sampler_logprobs"] = sampler_logprobs_for_opsm(arrays["logprobs"], arrays["mask"], seed, p)
+    elif sampler:
         arrays["sampler_logprobs"] = sampler_logprobs_off_the_kinks(arrays["old_logprobs"], arrays["mask"], seed, p)
     if ref:                         # after the old log-probs: k3_unbiased's kinks move with exp(l - old)
         arrays["ref_logprobs"] = ref_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p,
@@ -875,29 +944,75 @@ def is_weights(old, sampler, mask, p):
     return torch.where(node, w, zero), torch.where(node, Ew, zero), node, bound
 
 
-def _weighted(policy, weights, mask):
-    """The policy terms times a constant IS weight w (reference.loss.compose, ``is_weights``): the
-    product node p w (E = |p w| + w E(p) + |p| E(w); the edge w to p, none to l through w), or the
-    constant 0 where the weight is (not an operand of the row's sum).  ``policy``: (x, E(x), dx/dl
-    or its own pass[, inexact]).  Returns (x, E(x), the pass, inexact, which terms are nodes)."""
+def _weighted(policy, weights, keep, mask):
+    """The policy terms with the recipe's factor (reference.loss.compose): the constant 0 where OPSM
+    or the entropy mask drops the token (``keep`` false) or a masking IS weight is 0 (not an operand
+    of the row's sum; its token stays in the denominators); elsewhere the term p itself without an
+    IS weight, or the product node p w with one (``is_weights``: E = |p w| + w E(p) + |p| E(w), the
+    edge w to p, none to l through w).  ``policy``: (x, E(x), dx/dl or its own pass[, inexact]).
+    Returns (x, E(x), the pass, inexact, which terms are nodes)."""
     import torch
 
     x, Ex, dp = policy[:3]
     inexact = policy[3] if len(policy) > 3 else x != 0
-    w, Ew, node, bound = weights
-    node = node & mask
-    xw = x * w
-    Exw = xw.abs() + w * Ex + x.abs() * Ew
+    node = mask & keep
+    if weights is None:
+        xw, Exw, w, bound = x, Ex, None, torch.zeros_like(mask)
+    else:
+        w, Ew, w_node, bound = weights
+        node = node & w_node
+        w = torch.where(node, w, torch.zeros_like(w))
+        xw = x * w
+        Exw = xw.abs() + w * Ex + x.abs() * Ew
     zero = torch.zeros_like(x)
 
     def backward(A, C):
-        # a term that is the constant 0 (w = 0) passes nothing on; a sequence loss's pass (GSPO's)
-        # still reaches such a token through its row's other terms
-        A_p, C_p = A * w, (C + A * _rel(xw, Exw)) * w
+        # a term that is the constant 0 passes nothing on; a sequence loss's pass (GSPO's) still
+        # reaches such a token through its row's other terms
+        if w is None:
+            A_p, C_p = torch.where(node, A, zero), torch.where(node, C, zero)
+        else:
+            A_p, C_p = A * w, (C + A * _rel(xw, Exw)) * w
         return dp(A_p, C_p) if callable(dp) else (A_p + C_p + A_p * _rel(x, Ex)) * dp.abs()
 
-    inexact = node & (inexact | (~bound & (xw != 0)))
+    inexact = node & (inexact | (~bound & (xw != 0) if w is not None else inexact))
     return torch.where(node, xw, zero), torch.where(node, Exw, zero), backward, inexact, node
+
+
+def opsm_keep(l, sampler, adv, mask, p):
+    """M^opsm of every token (reference.loss._opsm_keep, reference.mask.opsm_*): row i is dropped iff
+    its advantage is negative and kappa_i = mean_t (l_sampler - l) > opsm_delta; the advantage is
+    the sequence's (a per-token one averaged over the row), or with opsm_advantage_gate 'token' each
+    token's own.  A bool [B, T] (true where masked too)."""
+    import torch
+
+    L = torch.clamp(mask.sum(-1, keepdim=True), min=1).double()
+    kappa = torch.where(mask, sampler - l, torch.zeros_like(l)).sum(-1, keepdim=True) / L
+    if adv.dim() == 1:
+        a_seq = a_tok = adv.unsqueeze(-1)
+    else:
+        a_seq, a_tok = torch.where(mask, adv, torch.zeros_like(adv)).sum(-1, keepdim=True) / L, adv
+    a = a_tok if p["opsm_advantage_gate"] == "token" else a_seq
+    return (~((a < 0) & (kappa > float(p["opsm_delta"])))).expand_as(mask)
+
+
+def entropy_keep(entropy, mask, rho):
+    """M^ent of every token (reference.loss._entropy_keep): entropy >= q, q the linear-interpolation
+    quantile at 1 - rho of the batch's unmasked entropies (reference.mask.linear_quantile, its
+    position h = (1 - rho)(n - 1) taken as the nearest integer within 2^-44 (n - 1)); nothing is kept
+    of an empty batch."""
+    import torch
+
+    values = torch.sort(entropy[mask]).values
+    n = values.numel()
+    if n == 0:
+        return torch.zeros_like(mask)
+    h = (1 - float(rho)) * (n - 1)
+    if abs(h - round(h)) <= 2.0 ** -44 * max(n - 1, 1):
+        h = float(round(h))
+    j = int(math.floor(h))
+    q = values[j] if h == j else values[j] + (h - j) * (values[j + 1] - values[j])
+    return entropy >= q
 
 
 def _gspo_terms(l, old, adv, mask, eps_low, eps_high):
@@ -1123,7 +1238,8 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
     return (v, Ev, g, gA) if split else (v, Ev, g)
 
 
-_RECIPE_OFF = (("beta", (0, 0.0)), ("opsm_delta", (None,)), ("entropy_quantile", (None,)))
+# The options the fused-head composite (check_head_loss.py) has none of, each with the value that turns it off
+_HEAD_OFF = (("beta", (0, 0.0)), ("is_level", ("none",)), ("opsm_delta", (None,)), ("entropy_quantile", (None,)))
 
 
 def _param_off(name: str, off: tuple) -> str:
@@ -1152,18 +1268,19 @@ def oracle_needs(fid: str) -> str:
         return ("--shape BxT" + divisor + "; its " + ("other " if free else "") + "parameters at their defaults"
                 + ("; prompt groups b mod 4" if fid == "agg.prompt_mean" else ""))
     defaults = {p.name: p.default for p in f.params}
-    give = [_param_off(k, off) for k, off in _RECIPE_OFF if k != "beta" and defaults.get(k) not in off]
-    return ("--shape BxT; its OPSM and entropy mask off"
-            + (f" ({' '.join(give)})" if give else "")
-            + ("; is_level none (VESPO folds the sampler's ratio into phi; the check gives no sampler log-probs)"
-               if fid == "loss.vespo" else "; its IS weight any: level, mode, bounds, clamp")
+    return ("--shape BxT; "
+            + ("is_level none and opsm_delta null (VESPO folds the sampler's ratio into phi; the check gives it no "
+               "sampler log-probs); " if fid == "loss.vespo" else
+               "its IS weight any (level, mode, bounds, clamp); its OPSM any, but not with an IS weight (the "
+               "sampler's log-probs are drawn off the kinks of one); ")
+            + "its entropy mask any"
             + f"; its KL term (beta, default {defaults['beta']}) any: estimator, clamps, aggregation"
             + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
                if fid in ("loss.dapo", "loss.cispo") else "")
             + "".join(f"; {name} null" for name in LOSS_FIXED_PARAMS.get(fid, ()))
             + ("; ratio_level sequence or token" if fid == "loss.luspo" else "")
-            + ("; with --vocab V [--hidden H] (and beta 0, is_level none) it is checked from hidden states through the "
-               "adapter's fused head" if fid in HEAD_LOSS_FORMULAS else ""))
+            + ("; with --vocab V [--hidden H] (and beta 0, its IS weight, OPSM and entropy mask off) it is checked "
+               "from hidden states through the adapter's fused head" if fid in HEAD_LOSS_FORMULAS else ""))
 
 
 def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
@@ -1189,12 +1306,17 @@ def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
         if p[name] != default:
             raise CheckError(f"{formula}: the oracle scale covers {name}={default!r} only ({name}={p[name]!r}); "
                              f"leave {name} out")
-    for k, off in _RECIPE_OFF + ((("is_level", ("none",)),) if head else ()):
-        if k == "beta" and not head and p.get(k) not in off:
-            continue                # any KL term: estimator, clamps and aggregation
+    for k, off in _HEAD_OFF if head else ():
         if p.get(k) not in off:
-            raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r})"
-                             f"{' from hidden states (--vocab)' if head else ''}; give {_param_off(k, off)}")
+            raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r}) "
+                             f"from hidden states (--vocab); give {_param_off(k, off)}")
+    if p.get("opsm_delta") is not None and formula == "loss.vespo":
+        raise CheckError(f"{formula}: the check gives VESPO no sampler log-probs, which OPSM needs and VESPO would fold "
+                         f"into phi (opsm_delta={p['opsm_delta']!r}); give --param opsm_delta=null")
+    if p.get("opsm_delta") is not None and p.get("is_level") != "none":
+        raise CheckError(f"{formula}: the check draws the sampler's log-probs off the kinks of OPSM or of the IS weight, "
+                         f"not both (opsm_delta={p['opsm_delta']!r}, is_level={p['is_level']!r}); give "
+                         f"--param opsm_delta=null or --param is_level=none")
     return p
 
 
@@ -1236,12 +1358,20 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
             def token_terms(sl):
                 return _ppo_terms(l[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
 
-        if p["is_level"] != "none":                  # the policy terms times sg[w^IS]
-            weights = is_weights(old, tensors["sampler_logprobs"].detach(), mask, p)
+        # the recipe's factor: OPSM's and the entropy mask's 0, else sg[w^IS]
+        sampler = tensors["sampler_logprobs"].detach() if "sampler_logprobs" in tensors else None
+        weights = is_weights(old, sampler, mask, p) if p["is_level"] != "none" else None
+        keep = torch.ones_like(mask)
+        if p["opsm_delta"] is not None:
+            keep &= opsm_keep(l, sampler, adv, mask, p)
+        if p["entropy_quantile"] is not None:
+            keep &= entropy_keep(tensors["entropy"].detach(), mask, p["entropy_quantile"])
+        if weights is not None or not keep.all():
             unweighted = token_terms
 
             def token_terms(sl):
-                return _weighted(unweighted(sl), tuple(t[sl] for t in weights), mask[sl])
+                return _weighted(unweighted(sl), None if weights is None else tuple(t[sl] for t in weights),
+                                 keep[sl], mask[sl])
 
         beta = float(p["beta"])
         ref = tensors["ref_logprobs"].detach() if beta else None

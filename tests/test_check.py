@@ -143,7 +143,15 @@ VERL_KL = {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20, "kl_output_min": -10
     # VESPO: its weight phi from the row's summed log-ratio, clamped per token and clipped as a sum
     ("loss.vespo", {}), ("loss.vespo", {"beta": 0.04}),
     ("loss.vespo", {"k_pos": 1.0, "lambda_pos": 0.5, "lambda_min": 1.0, "log_ratio_clamp": 0.05}),
-    ("loss.vespo", {"max_log_weight": 0.5, "min_weight": 0.5})])
+    ("loss.vespo", {"max_log_weight": 0.5, "min_weight": 0.5}),
+    # OPSM (either advantage gate) and the entropy mask: their dropped terms the constant 0, alone and together
+    ("loss.grpo", {"beta": 0, "opsm_delta": 0.1}), ("loss.grpo", {"opsm_delta": 0.0, "opsm_advantage_gate": "token"}),
+    ("loss.gspo", {"opsm_delta": 0.2}), ("loss.dapo", {"opsm_delta": 0.1, "beta": 0.04, "kl_aggregation": "sample_mean"}),
+    ("loss.grpo", {"beta": 0, "entropy_quantile": 0.2}), ("loss.bnpo", {"entropy_quantile": 0.5}),
+    ("loss.grpo", {"entropy_quantile": 0.2, "opsm_delta": 0.1}),
+    ("loss.grpo", {"entropy_quantile": 0.2, "is_level": "token", "is_mode": "mask", "is_c_max": 1.5}),
+    ("loss.vespo", {"entropy_quantile": 0.3}), ("loss.gspo", {"entropy_quantile": 0.3}),
+    ("loss.cispo", {"entropy_quantile": 0.99, "aggregation": "token_mean"})])
 def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
@@ -338,6 +346,36 @@ def test_the_sampler_log_probs_of_an_is_check_reach_every_side_of_its_bounds_off
     assert (check._is_branch(u - check.INSIDE, p) == codes).all() and (check._is_branch(u + check.INSIDE, p) == codes).all()
 
 
+@pytest.mark.parametrize("delta", [0.0, 0.1, 0.5])
+def test_the_sampler_log_probs_of_an_opsm_check_put_each_row_off_its_delta(delta):
+    """kappa_i = mean_t (l_sampler - l) lies on both sides of delta, more than INSIDE from it, over
+    rows of both advantage signs; the sampler's log-probs are exact in bfloat16."""
+    arrays = check.check_inputs("loss.grpo", 64, 512, 2, {"beta": 0, "opsm_delta": delta})
+    l, sampler, mask, adv = arrays["logprobs"], arrays["sampler_logprobs"], arrays["mask"], arrays["advantages"]
+    assert torch.equal(torch.from_numpy(sampler).to(torch.bfloat16).double(), torch.from_numpy(sampler))
+    kappa = np.where(mask, sampler - l, 0.0).sum(-1) / mask.sum(-1)
+    assert np.abs(kappa - delta).min() > check.INSIDE
+    dropped = (adv < 0) & (kappa > delta)
+    assert 0 < dropped.sum() and ((adv < 0) & (kappa < delta)).sum() > 0
+
+
+@pytest.mark.parametrize("rho", [0.2, 0.5, 0.99])
+def test_the_entropies_of_an_entropy_mask_check_make_its_quantile_unambiguous(rho):
+    """The tokens about the quantile's rank share its entropy E0, which is then the quantile in every
+    dtype (an interpolation between equal values); the others keep more than INSIDE away, so the kept
+    set is the same for any threshold from E0 - INSIDE to E0, and holds kept and dropped tokens."""
+    arrays = check.check_inputs("loss.grpo", 16, 256, 4, {"beta": 0, "entropy_quantile": rho})
+    e, mask = torch.from_numpy(arrays["entropy"]), torch.from_numpy(arrays["mask"])
+    assert torch.equal(e.to(torch.bfloat16).double(), e) and (e[mask] >= 0).all()
+    keep = check.entropy_keep(e, mask, rho)
+    q = torch.quantile(e[mask], 1 - rho)
+    for dtype in (torch.float32, torch.bfloat16):
+        assert float(torch.quantile(e[mask].to(dtype).float(), 1 - rho)) == float(q)
+    for shift in (-check.INSIDE, -0.05, 0.0):
+        assert torch.equal((e >= q + shift) & mask, keep & mask)
+    assert 0 < int((keep & mask).sum()) < int(mask.sum())
+
+
 def test_float_bits_counts_significant_bits():
     """k2 = x x / 2 of a KL term is exact at 64 bits when x has at most 32 significant bits."""
     x = torch.tensor([0.0, 1.0, -3.0, 0.1, 1 + 2.0 ** -31, 1 + 2.0 ** -32, 2.0 ** -40, 1 - 2.0 ** -53], dtype=torch.float64)
@@ -368,6 +406,8 @@ def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeyp
     ("loss.grpo", 4, {"kl_aggregation": "token_mean"}, {"kl_aggregation": "policy"}),  # KL inside the sample mean
     ("loss.vespo", 4, {}, {"k_pos": 3.0, "lambda_pos": 2.0, "k_neg": 2.0, "lambda_neg": 3.0}),  # phi's (k, lambda) swapped
     ("loss.grpo", 8, {"beta": 0, "is_level": "token"}, {"is_c_max": None}),            # TIS without its cap
+    ("loss.grpo", 16, {"beta": 0, "opsm_delta": 0.1}, {"opsm_delta": 10.0}),             # OPSM that drops nothing
+    ("loss.grpo", 8, {"beta": 0, "entropy_quantile": 0.2}, {"entropy_quantile": 0.5}),  # another quantile
     ("loss.grpo", 4, {"beta": 0, "is_level": "token", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 1.5},
      {"is_mode": "truncate"}),                                                        # truncates, not masks
     ("loss.bnpo", 16, {"beta": 0, "is_level": "sequence", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 2.0},
@@ -481,7 +521,7 @@ def test_usage_errors():
     with pytest.raises(check.CheckError, match="no oracle scale"):
         check.run_check(adapter, "kl.k3", 2, 8)
     with pytest.raises(check.CheckError, match="options off"):
-        check.run_check(adapter, "loss.grpo", 2, 8, params={"opsm_delta": 0.0})
+        check.run_check(adapter, "loss.grpo", 2, 8, params={"opsm_delta": 0.0}, vocab=64)
     with pytest.raises(check.CheckError, match="BxT"):
         check.parse_shape("64-32768")
 
@@ -647,8 +687,12 @@ def test_logprob_check_usage_errors():
     ("loss.dr_grpo", {"params": {"divisor": 0}}, r"--param: loss.dr_grpo: parameter 'divisor'"),
     ("loss.gspo", {"params": {"log_ratio_clamp": 20}}, r"covers log_ratio_clamp=None only \(log_ratio_clamp=20\)"),
     ("loss.gspo", {"params": {"log_ratio_max": 10}}, r"covers log_ratio_max=None only"),
-    ("loss.grpo", {"params": {"beta": 0, "opsm_delta": 0.1}}, r"give --param opsm_delta=null"),
-    ("loss.grpo", {"params": {"beta": 0, "entropy_quantile": 0.2}}, r"give --param entropy_quantile=null"),
+    ("loss.grpo", {"params": {"opsm_delta": 0.1, "is_level": "token"}},
+     r"off the kinks of OPSM or of the IS weight, not both .*give --param opsm_delta=null or --param is_level=none"),
+    ("loss.vespo", {"params": {"opsm_delta": 0.1}}, r"gives VESPO no sampler log-probs.*give --param opsm_delta=null$"),
+    ("loss.grpo", {"params": {"beta": 0, "entropy_quantile": 0.2}, "vocab": 100},
+     r"\(entropy_quantile=0.2\) from hidden states \(--vocab\); give --param entropy_quantile=null"),
+    ("loss.grpo", {"params": {"beta": 0, "opsm_delta": -1}}, r"--param: loss.grpo: parameter 'opsm_delta'"),
     ("loss.grpo", {"params": {"is_level": "token", "is_c_min": 3, "is_c_max": 2}},
      r"--param: loss.grpo: parameter 'is_c_min' must be <= 'is_c_max'"),       # was a ValueError of the oracle
     ("loss.grpo", {"params": {"is_level": "sequence", "is_mode": "mask", "is_c_max": None}},
