@@ -39,7 +39,7 @@ from .generator import generate_arrays
 U64 = 2.0 ** -53
 ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum", "agg.constant", "agg.prompt_mean",
                    "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "loss.sapo",
-                   "loss.luspo", "loss.vespo", "logprob.token")
+                   "loss.luspo", "loss.vespo", "loss.gmpo", "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
 HEAD_LOSS_FORMULAS = ("loss.grpo",)       # with --vocab: from hidden states and an LM head (check_head_loss.py)
 # the token losses with a clip or a truncation: old log-probs off its kinks, per token (check_inputs)
@@ -47,7 +47,8 @@ TOKEN_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cis
 # Each token loss's aggregator (pgspec.reference.loss): loss.dapo's and loss.cispo's are their parameter `aggregation`
 LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean", "loss.dr_grpo": "agg.constant",
                     "loss.gspo": "agg.sample_mean", "loss.sapo": "agg.sample_mean",
-                    "loss.luspo": "agg.seq_mean_token_sum", "loss.vespo": "agg.token_mean"}
+                    "loss.luspo": "agg.seq_mean_token_sum", "loss.vespo": "agg.token_mean",
+                    "loss.gmpo": "agg.sample_mean"}
 # Parameters a loss's oracle covers only at their defaults (beyond the recipe options)
 LOSS_FIXED_PARAMS = {"loss.gspo": ("log_ratio_max", "log_ratio_clamp")}
 # The parameters an aggregator's oracle takes at any value; the others at their defaults only
@@ -555,7 +556,8 @@ def _kinks(params: dict) -> tuple:
 def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     """The inputs of a check: ``seeded_inputs``, with (under the formula's parameters and defaults)
     the old log-probs of a loss drawn to judge every branch: off the kinks per token
-    (``old_logprobs_off_the_kinks``), per sequence for a sequence-level loss
+    (``old_logprobs_off_the_kinks``; GMPO's clip of the log-ratio taken as the ratio's), per sequence
+    for a sequence-level loss
     (``old_logprobs_per_sequence``), spread for SAPO's smooth gate (``old_logprobs_spread``); with an
     IS weight, the sampler's log-probs off its kinks (``sampler_logprobs_off_the_kinks``), or off
     OPSM's (``sampler_logprobs_for_opsm``); with the entropy mask, entropies off its quantile
@@ -581,6 +583,9 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
         arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, p)
     elif formula == "loss.vespo":
         arrays["old_logprobs"] = old_logprobs_row_sums(arrays["logprobs"], arrays["mask"], seed)
+    elif formula == "loss.gmpo":    # its clip acts on the log-ratio: [-eps_low, eps_high] is the ratios' [e^-eps_low, e^eps_high]
+        ratio_eps = {"eps_low": -math.expm1(-float(p["eps_low"])), "eps_high": math.expm1(float(p["eps_high"]))}
+        arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, ratio_eps)
     if p.get("opsm_delta") is not None:
         arrays["sampler_logprobs"] = sampler_logprobs_for_opsm(arrays["logprobs"], arrays["mask"], seed, p)
     elif sampler:
@@ -1077,6 +1082,84 @@ def _gspo_terms(l, old, adv, mask, eps_low, eps_high):
     return xt, Ext, backward, mask & inexact.unsqueeze(-1)
 
 
+def _gmpo_terms(l, old, adv, mask, eps_low, eps_high):
+    """The reference's GMPO nodes of each sequence (reference.loss.gmpo, surrogate.gmpo_clipped_log_ratio),
+    its loss x_i repeated at each unmasked token: (x [rows, T], E(x), the gradient pass from the term
+    nodes, whether each term is inexact).
+
+    Per token, d = l - l_old (E = |d|) and its sign-aware clip z: inside [-eps_low, eps_high] the
+    tie min(d, d) (or max) of torch.minimum, a node of value d with two edges of 1/2 to d (E = 2|d|);
+    outside, d itself where it is the smaller (A > 0, below) or the larger (A <= 0, above), else the
+    bound (E = |bound|, no path to l).  Then S = a sum node over the row's z (a residue counted where
+    its exact value has more than 64 bits, decided exactly: ``_exact_row_sums``), q = S / L,
+    e = exp(q), x = e (-A) (-A: E = |A|)."""
+    import torch
+
+    zero = torch.zeros_like(l)
+    a = adv.unsqueeze(-1).expand_as(l)
+    d = torch.where(mask, l - old, zero)
+    lo, hi = -float(eps_low), float(eps_high)
+    inside = (d >= lo) & (d <= hi)
+    live = inside | torch.where(a > 0, d < lo, d > hi)
+    bound = torch.where(a > 0, torch.full_like(d, hi), torch.full_like(d, lo))     # float64, as the parameters are
+    z = torch.where(live, d, bound)
+    Ez = torch.where(inside, 2 * d.abs(), z.abs())
+    rel_z = _rel(z, Ez)
+    z, Ez = torch.where(mask, z, zero), torch.where(mask, Ez, zero)
+    L = mask.sum(-1)
+    Ld = torch.clamp(L, min=1).double()
+    S = z.sum(-1)
+    residue = _exact_row_sums(d, mask & live, mask & ~live, bound[:, :1].squeeze(-1)) > 64
+    ES = _sum_rounding(L + ((L >= 2) & residue).long(), z.abs().sum(-1)) + Ez.sum(-1)
+    q = S / Ld
+    Eq = q.abs() + ES / Ld
+    e = torch.exp(q)
+    Ee = e + e * Eq
+    x = -adv * e
+    Ex = x.abs() + adv.abs() * Ee + e * adv.abs()
+
+    def backward(A_tok, C_tok):
+        # the row's sum reaches x by its L tokens' edges of +1
+        A_x, C_x = torch.where(mask, A_tok, 0.0).sum(-1), torch.where(mask, C_tok, 0.0).sum(-1)
+        A_e, C_e = A_x * adv.abs(), (C_x + A_x * _rel(x, Ex)) * adv.abs()
+        A_q, C_q = A_e * e, (C_e + A_e * _rel(e, Ee)) * e
+        A_S, C_S = A_q / Ld, (C_q + A_q * _rel(q, Eq)) / Ld
+        A_S, C_S = A_S.unsqueeze(-1), C_S.unsqueeze(-1)
+        g = torch.where(inside, A_S + C_S + A_S * rel_z, A_S + C_S)      # the tie's edges of 1/2
+        return torch.where(mask & live, g, zero)
+
+    xt = torch.where(mask, x.unsqueeze(-1).expand_as(l), zero)
+    Ext = torch.where(mask, Ex.unsqueeze(-1).expand_as(l), zero)
+    # x is inexact where it comes from exp of q != 0; at q = 0 it is -A, and the row's sum L x is
+    # exact unless it has more than 64 significant bits
+    inexact = (x != 0) & (q != 0)
+    for i in torch.nonzero((q == 0) & (x != 0) & (L > 0)).flatten().tolist():
+        inexact[i] = _significant_bits(int(L[i]), float(adv[i])) > 64
+    return xt, Ext, backward, mask & inexact.unsqueeze(-1)
+
+
+def _exact_row_sums(d, live, bounded, bound):
+    """The significant bits of each row's exact sum of d over ``live`` plus ``bound`` (a float64 per row)
+    times the count of ``bounded`` tokens: the live d, multiples of 2^-40 below 2^22 (the check's
+    inputs: differences of bfloat16-exact log-probs), summed exactly as integers; any other row exactly
+    by fractions."""
+    import torch
+
+    scaled = torch.where(live, d, torch.zeros_like(d)) * 2.0 ** 40
+    fits = (scaled == torch.round(scaled)).all(-1) & (scaled.abs() < 2.0 ** 62 / max(d.shape[-1], 1)).all(-1)
+    ints = torch.round(scaled).long().sum(-1)
+    counts = bounded.sum(-1)
+    bits = torch.zeros(d.shape[0], dtype=torch.long, device=d.device)
+    for i in range(d.shape[0]):
+        if bool(fits[i]):
+            total = Fraction(int(ints[i]), 2 ** 40)
+        else:
+            total = sum((Fraction(float(v)) for v in d[i][live[i]].tolist()), Fraction(0))
+        total += int(counts[i]) * Fraction(float(bound[i]))
+        bits[i] = _significant_bits(total)
+    return bits
+
+
 def _significant_bits(*factors) -> int:
     """The significant bits of the exact product of ``factors`` (ints, floats, dyadic Fractions)."""
     odd = 1
@@ -1345,6 +1428,9 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
         elif formula == "loss.vespo":
             def token_terms(sl):
                 return _vespo_terms(l[sl], old[sl], adv[sl], mask[sl], p)
+        elif formula == "loss.gmpo":
+            def token_terms(sl):
+                return _gmpo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"])
         elif _sequence_level(formula, p):
             def token_terms(sl):
                 return _gspo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"])

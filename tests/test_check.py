@@ -151,7 +151,10 @@ VERL_KL = {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20, "kl_output_min": -10
     ("loss.grpo", {"entropy_quantile": 0.2, "opsm_delta": 0.1}),
     ("loss.grpo", {"entropy_quantile": 0.2, "is_level": "token", "is_mode": "mask", "is_c_max": 1.5}),
     ("loss.vespo", {"entropy_quantile": 0.3}), ("loss.gspo", {"entropy_quantile": 0.3}),
-    ("loss.cispo", {"entropy_quantile": 0.99, "aggregation": "token_mean"})])
+    ("loss.cispo", {"entropy_quantile": 0.99, "aggregation": "token_mean"}),
+    # GMPO: the sign-aware clip of each log-ratio, the geometric mean of the row
+    ("loss.gmpo", {}), ("loss.gmpo", {"eps_low": 0.2, "eps_high": 0.28}), ("loss.gmpo", {"beta": 0.04}),
+    ("loss.gmpo", {"is_level": "token", "is_mode": "mask", "is_c_max": 1.5}), ("loss.gmpo", {"entropy_quantile": 0.3})])
 def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
@@ -167,6 +170,24 @@ def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, pa
     if "advantages" in arrays:
         arrays["advantages"][0] = 0.0
     _agree_on(formula, arrays, params)
+
+
+def test_a_gmpo_row_whose_exact_sum_has_more_than_64_bits_counts_a_residue():
+    """GMPO's row sum of clipped log-ratios is exact (short differences and the clip's bounds), so the
+    reference counts a residue only where its exact value has more than 64 significant bits: here a
+    token with d = -5000 (kept: A > 0, below the clip) beside tokens clipped at eps_high = 0.4, whose
+    double reaches 2^-54, in a row of 32 tokens (where one more term deepens the sum's rounding).  The
+    oracle decides that exactly (check._exact_row_sums), row by row."""
+    arrays = check.check_inputs("loss.gmpo", 4, 40, 3, {})
+    l, old, adv, mask = arrays["logprobs"], arrays["old_logprobs"], arrays["advantages"], arrays["mask"]
+    adv[:] = [0.5, 0.5, -0.5, 0.5]
+    old[3, 0] = l[3, 0] + 5000.0
+    assert mask[3].sum() == 32
+    d, m, a = torch.from_numpy(l - old), torch.from_numpy(mask), torch.from_numpy(adv)[:, None]
+    live = ((d >= -0.4) & (d <= 0.4)) | ((a > 0) & (d < -0.4)) | ((a <= 0) & (d > 0.4))
+    bits = check._exact_row_sums(d, m & live, m & ~live, torch.from_numpy(np.where(adv > 0, 0.4, -0.4)))
+    assert bits[3] > 64 and (bits[:3] <= 64).all() and (m[3] & ~live[3]).any(), bits
+    _agree_on("loss.gmpo", arrays, {})
 
 
 def test_a_sum_of_two_exact_terms_is_where_the_oracle_may_count_one_rounding_more():
@@ -405,6 +426,7 @@ def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeyp
                       "kl_sg_ratio_where_clamped": False}, {"kl_sg_ratio_where_clamped": True}),
     ("loss.grpo", 4, {"kl_aggregation": "token_mean"}, {"kl_aggregation": "policy"}),  # KL inside the sample mean
     ("loss.vespo", 4, {}, {"k_pos": 3.0, "lambda_pos": 2.0, "k_neg": 2.0, "lambda_neg": 3.0}),  # phi's (k, lambda) swapped
+    ("loss.gmpo", 4, {}, {"eps_low": 1e6, "eps_high": 1e6}),                           # never clips
     ("loss.grpo", 8, {"beta": 0, "is_level": "token"}, {"is_c_max": None}),            # TIS without its cap
     ("loss.grpo", 16, {"beta": 0, "opsm_delta": 0.1}, {"opsm_delta": 10.0}),             # OPSM that drops nothing
     ("loss.grpo", 8, {"beta": 0, "entropy_quantile": 0.2}, {"entropy_quantile": 0.5}),  # another quantile
