@@ -39,16 +39,16 @@ from .generator import generate_arrays
 U64 = 2.0 ** -53
 ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum", "agg.constant", "agg.prompt_mean",
                    "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "loss.sapo",
-                   "loss.luspo", "loss.vespo", "loss.gmpo", "logprob.token")
+                   "loss.luspo", "loss.vespo", "loss.gmpo", "loss.minirl", "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
 HEAD_LOSS_FORMULAS = ("loss.grpo",)       # with --vocab: from hidden states and an LM head (check_head_loss.py)
 # the token losses with a clip or a truncation: old log-probs off its kinks, per token (check_inputs)
-TOKEN_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo")
+TOKEN_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.minirl")
 # Each token loss's aggregator (pgspec.reference.loss): loss.dapo's and loss.cispo's are their parameter `aggregation`
 LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean", "loss.dr_grpo": "agg.constant",
                     "loss.gspo": "agg.sample_mean", "loss.sapo": "agg.sample_mean",
                     "loss.luspo": "agg.seq_mean_token_sum", "loss.vespo": "agg.token_mean",
-                    "loss.gmpo": "agg.sample_mean"}
+                    "loss.gmpo": "agg.sample_mean", "loss.minirl": "agg.seq_mean_token_sum"}
 # Parameters a loss's oracle covers only at their defaults (beyond the recipe options)
 LOSS_FIXED_PARAMS = {"loss.gspo": ("log_ratio_max", "log_ratio_clamp")}
 # The parameters an aggregator's oracle takes at any value; the others at their defaults only
@@ -518,6 +518,19 @@ def entropy_off_the_quantile(mask: np.ndarray, seed: int, rho) -> np.ndarray:
     return out
 
 
+def sampler_logprobs_for_minirl(l: np.ndarray, mask: np.ndarray, seed: int, params: dict) -> np.ndarray:
+    """MiniRL's weight min(exp(l - l_sampler), C) carries no gradient and is continuous in its inputs:
+    l - l_sampler is drawn from IS_SPREAD and, with a cap C, from KL_REACH either side of log C (the
+    bands of ``_kl_bands``, equal chance), so that both sides of the cap are reached; rounded to
+    bfloat16 as the old log-probs are."""
+    cap = params["is_cap"]
+    rng = _stream(seed, 7)
+    bands = _kl_bands([] if cap is None else [math.log(float(cap))], IS_SPREAD)
+    band = rng.integers(0, len(bands), size=l.shape)
+    v = np.choose(band, [_place(pieces, rng.uniform(0.0, 1.0, size=l.shape)) for pieces in bands])
+    return _bfloat16_at(mask, l - v)
+
+
 VESPO_SPREAD = (-2.0, 2.0)  # each row's summed log-ratio of a VESPO check (its weight w from 0.14 to 7.4)
 
 
@@ -586,7 +599,9 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     elif formula == "loss.gmpo":    # its clip acts on the log-ratio: [-eps_low, eps_high] is the ratios' [e^-eps_low, e^eps_high]
         ratio_eps = {"eps_low": -math.expm1(-float(p["eps_low"])), "eps_high": math.expm1(float(p["eps_high"]))}
         arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, ratio_eps)
-    if p.get("opsm_delta") is not None:
+    if formula == "loss.minirl":
+        arrays["sampler_logprobs"] = sampler_logprobs_for_minirl(arrays["logprobs"], arrays["mask"], seed, p)
+    elif p.get("opsm_delta") is not None:
         arrays["sampler_logprobs"] = sampler_logprobs_for_opsm(arrays["logprobs"], arrays["mask"], seed, p)
     elif sampler:
         arrays["sampler_logprobs"] = sampler_logprobs_off_the_kinks(arrays["old_logprobs"], arrays["mask"], seed, p)
@@ -722,6 +737,31 @@ def _vespo_terms(l, old, adv, mask, p):
     x = l * m
     Ex = x.abs() + l.abs() * Em
     return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
+
+
+def _minirl_terms(l, old, sampler, adv, mask, p):
+    """The reference's MiniRL nodes (reference.loss.minirl): the decoupled-PPO mask drops a token (its
+    term the constant 0, no operand of the row's sum) where A > 0 and r > 1 + eps_high or A < 0 and
+    r < 1 - eps_low (r = exp(l - l_old), a decision); elsewhere CISPO's x = l (-sg[w] A) with
+    w = min(exp(l - l_sampler), C): l - l_sampler a node of the sampler's log-prob (l's value, a
+    constant; E = |v|), exp (E = w + w |v|), a capped weight the bound C (E = C).
+    Returns (x, E(x), dx/dl, inexact, which terms are nodes)."""
+    import torch
+
+    zero = torch.zeros_like(l)
+    a = adv if adv.dim() == 2 else adv.unsqueeze(-1).expand_as(l)
+    r = torch.exp(l - old)
+    dropped = ((a > 0) & (r > 1 + float(p["eps_high"]))) | ((a < 0) & (r < 1 - float(p["eps_low"])))
+    v = l - sampler
+    rw = torch.exp(v)
+    w, Ew, _ = _clip_node(rw, rw + rw * v.abs(), None, p["is_cap"])
+    m = -w * a
+    Em = m.abs() + a.abs() * (w + Ew)
+    x = l * m
+    Ex = x.abs() + l.abs() * Em
+    node = mask & ~dropped
+    return (torch.where(node, x, zero), torch.where(node, Ex, zero), torch.where(node, m, zero),
+            node & (x != 0), node)
 
 
 def _sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp):
@@ -960,7 +1000,7 @@ def _weighted(policy, weights, keep, mask):
 
     x, Ex, dp = policy[:3]
     inexact = policy[3] if len(policy) > 3 else x != 0
-    node = mask & keep
+    node = mask & keep & (policy[4] if len(policy) > 4 else True)      # a policy term that is the constant 0 stays so
     if weights is None:
         xw, Exw, w, bound = x, Ex, None, torch.zeros_like(mask)
     else:
@@ -1354,6 +1394,8 @@ def oracle_needs(fid: str) -> str:
     return ("--shape BxT; "
             + ("is_level none and opsm_delta null (VESPO folds the sampler's ratio into phi; the check gives it no "
                "sampler log-probs); " if fid == "loss.vespo" else
+               "is_level none and opsm_delta null (the check draws the sampler's log-probs for MiniRL's own weight, "
+               "both sides of its cap); " if fid == "loss.minirl" else
                "its IS weight any (level, mode, bounds, clamp); its OPSM any, but not with an IS weight (the "
                "sampler's log-probs are drawn off the kinks of one); ")
             + "its entropy mask any"
@@ -1393,6 +1435,10 @@ def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
         if p.get(k) not in off:
             raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r}) "
                              f"from hidden states (--vocab); give {_param_off(k, off)}")
+    if formula == "loss.minirl" and (p.get("is_level") != "none" or p.get("opsm_delta") is not None):
+        raise CheckError(f"{formula}: the check draws MiniRL's sampler log-probs for its own weight, not off the kinks of "
+                         f"an IS weight or OPSM (is_level={p['is_level']!r}, opsm_delta={p['opsm_delta']!r}); give "
+                         f"--param is_level=none --param opsm_delta=null")
     if p.get("opsm_delta") is not None and formula == "loss.vespo":
         raise CheckError(f"{formula}: the check gives VESPO no sampler log-probs, which OPSM needs and VESPO would fold "
                          f"into phi (opsm_delta={p['opsm_delta']!r}); give --param opsm_delta=null")
@@ -1431,6 +1477,11 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
         elif formula == "loss.gmpo":
             def token_terms(sl):
                 return _gmpo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"])
+        elif formula == "loss.minirl":
+            sampler_l = tensors["sampler_logprobs"].detach()
+
+            def token_terms(sl):
+                return _minirl_terms(l[sl], old[sl], sampler_l[sl], adv[sl], mask[sl], p)
         elif _sequence_level(formula, p):
             def token_terms(sl):
                 return _gspo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"])

@@ -154,7 +154,10 @@ VERL_KL = {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20, "kl_output_min": -10
     ("loss.cispo", {"entropy_quantile": 0.99, "aggregation": "token_mean"}),
     # GMPO: the sign-aware clip of each log-ratio, the geometric mean of the row
     ("loss.gmpo", {}), ("loss.gmpo", {"eps_low": 0.2, "eps_high": 0.28}), ("loss.gmpo", {"beta": 0.04}),
-    ("loss.gmpo", {"is_level": "token", "is_mode": "mask", "is_c_max": 1.5}), ("loss.gmpo", {"entropy_quantile": 0.3})])
+    ("loss.gmpo", {"is_level": "token", "is_mode": "mask", "is_c_max": 1.5}), ("loss.gmpo", {"entropy_quantile": 0.3}),
+    # MiniRL: its decoupled-PPO mask's constant 0 (with the entropy mask's too), its capped weight
+    ("loss.minirl", {}), ("loss.minirl", {"is_cap": None}), ("loss.minirl", {"beta": 0.04, "is_cap": 1.5}),
+    ("loss.minirl", {"entropy_quantile": 0.3, "eps_low": 0.1})])
 def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, params):
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
@@ -427,6 +430,8 @@ def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeyp
     ("loss.grpo", 4, {"kl_aggregation": "token_mean"}, {"kl_aggregation": "policy"}),  # KL inside the sample mean
     ("loss.vespo", 4, {}, {"k_pos": 3.0, "lambda_pos": 2.0, "k_neg": 2.0, "lambda_neg": 3.0}),  # phi's (k, lambda) swapped
     ("loss.gmpo", 4, {}, {"eps_low": 1e6, "eps_high": 1e6}),                           # never clips
+    ("loss.minirl", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),                          # no decoupled-PPO mask
+    ("loss.minirl", 8, {"is_cap": 1.5}, {"is_cap": None}),                              # an uncapped weight
     ("loss.grpo", 8, {"beta": 0, "is_level": "token"}, {"is_c_max": None}),            # TIS without its cap
     ("loss.grpo", 16, {"beta": 0, "opsm_delta": 0.1}, {"opsm_delta": 10.0}),             # OPSM that drops nothing
     ("loss.grpo", 8, {"beta": 0, "entropy_quantile": 0.2}, {"entropy_quantile": 0.5}),  # another quantile
@@ -712,6 +717,7 @@ def test_logprob_check_usage_errors():
     ("loss.grpo", {"params": {"opsm_delta": 0.1, "is_level": "token"}},
      r"off the kinks of OPSM or of the IS weight, not both .*give --param opsm_delta=null or --param is_level=none"),
     ("loss.vespo", {"params": {"opsm_delta": 0.1}}, r"gives VESPO no sampler log-probs.*give --param opsm_delta=null$"),
+    ("loss.minirl", {"params": {"is_level": "token"}}, r"MiniRL's sampler log-probs for its own weight.*is_level='token'"),
     ("loss.grpo", {"params": {"beta": 0, "entropy_quantile": 0.2}, "vocab": 100},
      r"\(entropy_quantile=0.2\) from hidden states \(--vocab\); give --param entropy_quantile=null"),
     ("loss.grpo", {"params": {"beta": 0, "opsm_delta": -1}}, r"--param: loss.grpo: parameter 'opsm_delta'"),
