@@ -50,7 +50,7 @@ LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean
                     "loss.luspo": "agg.seq_mean_token_sum", "loss.vespo": "agg.token_mean",
                     "loss.gmpo": "agg.sample_mean", "loss.minirl": "agg.seq_mean_token_sum"}
 # Parameters a loss's oracle covers only at their defaults (beyond the recipe options)
-LOSS_FIXED_PARAMS = {"loss.gspo": ("log_ratio_max", "log_ratio_clamp")}
+LOSS_FIXED_PARAMS = {"loss.gspo": ("log_ratio_clamp",)}
 # The parameters an aggregator's oracle takes at any value; the others at their defaults only
 AGG_FREE_PARAMS = {"agg.constant": ("divisor", "divide_by")}
 
@@ -443,11 +443,14 @@ def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, 
     bands = _clip_bands(float(params["eps_low"]), float(params["eps_high"]))
     below = float(params["eps_low"]) < 1                # a band below the clip range (first), above it (last)
     kinds = ["below"] * below + ["inside"] * (len(bands) - 1 - below) + ["above"]
+    cap = params.get("log_ratio_max")
+    if cap is not None:     # GSPO's cap on the mean: bands on either side of it, none within INSIDE of it
+        bands, kinds = _with_cap_bands(bands, float(params["eps_low"]), float(params["eps_high"]), float(cap))
     rng = _stream(seed, 1)
     pick, u = rng.uniform(size=l.shape[0]), rng.uniform(size=l.shape[0])
     mu = np.empty(l.shape[0])
     for i, a in enumerate(adv):
-        live = {"below": a > 0, "inside": True, "above": a < 0}
+        live = {"below": a > 0, "inside": True, "above": a < 0, "capped": False}
         want = [k for k, kind in enumerate(kinds) if live[kind] == (i % 2 == 0)] or list(range(len(kinds)))
         mu[i] = _place(bands[want[int(pick[i] * len(want))]], u[i:i + 1])[0]
     z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
@@ -546,6 +549,29 @@ def old_logprobs_row_sums(l: np.ndarray, mask: np.ndarray, seed: int) -> np.ndar
     z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
     z = np.where(mask, z - z.sum(-1, keepdims=True) / L, 0.0)
     return _bfloat16_at(mask, l - (U / L + z))
+
+
+def _with_cap_bands(bands: list, eps_low: float, eps_high: float, cap: float) -> tuple:
+    """GSPO's bands of the mean log-ratio with its cap c (log_ratio_max): the clip's bands with the zone
+    within INSIDE of c cut out, and KL_REACH wide on either side of c (the clip's zones cut out too),
+    each piece left a band of its own, of the kind where it lies: above c capped (no path to l), else
+    below, inside or above the clip range.  (bands, kinds); a piece narrower than NEAREST is dropped."""
+    lo = math.log1p(-eps_low) if eps_low < 1 else -math.inf
+    hi = math.log1p(eps_high)
+    zones = [(cap - INSIDE, cap + INSIDE)] + [(k - INSIDE, k + INSIDE) for k in (lo, hi) if math.isfinite(k)]
+    raw = [[(min(a, a + w), max(a, a + w)) for a, w in band] for band in bands]
+    raw += [[(cap - KL_REACH, cap - INSIDE)], [(cap + INSIDE, cap + KL_REACH)]]
+    out, kinds = [], []
+    for k, band in enumerate(raw):
+        pieces = band
+        for za, zb in zones[:1] if k < len(bands) else zones:
+            pieces = [q for pa, pb in pieces for q in ((pa, min(pb, za)), (max(pa, zb), pb)) if q[1] > q[0]]
+        for pa, pb in pieces:       # no piece straddles a kink: their zones are cut out
+            if pb - pa >= NEAREST:
+                mid = (pa + pb) / 2
+                out.append([(pa, pb - pa)])
+                kinds.append("capped" if mid > cap else "below" if mid < lo else "above" if mid > hi else "inside")
+    return out, kinds
 
 
 def _sequence_level(formula: str, p: dict) -> bool:
@@ -1060,13 +1086,14 @@ def entropy_keep(entropy, mask, rho):
     return entropy >= q
 
 
-def _gspo_terms(l, old, adv, mask, eps_low, eps_high):
-    """The reference's GSPO nodes of each sequence (reference.loss._gspo_seq, no clamp, no cap on the
-    mean), its loss x_i repeated at each unmasked token: (x [rows, T], E(x), the gradient pass from
-    the term nodes, whether each term is inexact).
+def _gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None):
+    """The reference's GSPO nodes of each sequence (reference.loss._gspo_seq, no per-token clamp), its
+    loss x_i repeated at each unmasked token: (x [rows, T], E(x), the gradient pass from the term
+    nodes, whether each term is inexact).
 
     The nodes: mu = mean_log_ratio (one node: rounding (depth(L) sum|d| + sum|d|)/L + |mu|,
-    derivative 1/L to each l_t), s = exp(mu), -A (a node of the input A: E = |A|), p1 = s (-A),
+    derivative 1/L to each l_t), its cap clip(mu, None, log_ratio_max) (a capped mean is the bound:
+    E = |bound|, no path to l), s = exp(mu), -A (a node of the input A: E = |A|), p1 = s (-A),
     clip(s, lo, hi) (s itself inside; else the bound, which carries |bound|), p2 = clip(s) (-A),
     x = max(p1, p2): a tie inside the clip range (half the cotangent to each), p1 where the
     unclipped branch is the larger, p2 (no path to l) where the clipped one is."""
@@ -1079,6 +1106,7 @@ def _gspo_terms(l, old, adv, mask, eps_low, eps_high):
     absd = d.abs().sum(-1)
     mu = d.sum(-1) / Ld
     Emu = (_depth(L) * absd + absd) / Ld + mu.abs()
+    mu, Emu, uncapped = _clip_node(mu, Emu, None, log_ratio_max)
     sv = torch.exp(mu)
     Es = sv + sv * Emu
     lo, hi = 1 - float(eps_low), 1 + float(eps_high)
@@ -1104,6 +1132,7 @@ def _gspo_terms(l, old, adv, mask, eps_low, eps_high):
         A_s = paths * A_p * a.abs()
         C_s = paths * (C_p + A_p * rel_p1) * a.abs()
         A_mu, C_mu = A_s * sv, (C_s + A_s * _rel(sv, Es)) * sv
+        A_mu, C_mu = torch.where(uncapped, A_mu, 0.0), torch.where(uncapped, C_mu, 0.0)
         A_l, C_l = A_mu / Ld, (C_mu + A_mu * _rel(mu, Emu)) / Ld
         g = (A_l + C_l).unsqueeze(-1).expand_as(l)
         return torch.where(mask, g, torch.zeros_like(g))
@@ -1484,7 +1513,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
                 return _minirl_terms(l[sl], old[sl], sampler_l[sl], adv[sl], mask[sl], p)
         elif _sequence_level(formula, p):
             def token_terms(sl):
-                return _gspo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"])
+                return _gspo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"], p.get("log_ratio_max"))
         elif formula == "loss.cispo":
             def token_terms(sl):
                 return _cispo_terms(l[sl], old[sl], adv[sl], mask[sl], p["cap_form"], p["eps_low"], p["eps_high"],

@@ -153,6 +153,8 @@ VERL_KL = {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20, "kl_output_min": -10
     ("loss.vespo", {"entropy_quantile": 0.3}), ("loss.gspo", {"entropy_quantile": 0.3}),
     ("loss.cispo", {"entropy_quantile": 0.99, "aggregation": "token_mean"}),
     # GMPO: the sign-aware clip of each log-ratio, the geometric mean of the row
+    ("loss.gspo", {"log_ratio_max": 0.1}), ("loss.gspo", {"log_ratio_max": 10.0}),       # GSPO's cap on the mean
+    ("loss.gspo", {"log_ratio_max": -0.1, "beta": 0.04}),
     ("loss.gmpo", {}), ("loss.gmpo", {"eps_low": 0.2, "eps_high": 0.28}), ("loss.gmpo", {"beta": 0.04}),
     ("loss.gmpo", {"is_level": "token", "is_mode": "mask", "is_c_max": 1.5}), ("loss.gmpo", {"entropy_quantile": 0.3}),
     # MiniRL: its decoupled-PPO mask's constant 0 (with the entropy mask's too), its capped weight
@@ -296,6 +298,24 @@ def test_old_logprobs_of_a_gspo_check_put_each_sequence_off_the_kinks_of_its_rat
     assert np.array_equal(live[a != 0], (np.arange(len(mu)) % 2 == 0)[a != 0])
 
 
+@pytest.mark.parametrize("cap", [0.5, 10.0, -0.1])
+def test_old_logprobs_of_a_gspo_check_with_a_cap_reach_both_sides_of_it(cap):
+    """With GSPO's cap on the mean log-ratio (log_ratio_max, verl's 10), rows fall on both sides of it,
+    none within INSIDE of it or of the clip's log-bounds; even rows where the loss has a gradient
+    (below the cap, on the unclipped branch), odd rows where it has none, for each advantage sign
+    that has such a branch (at cap -0.1, below GSPO's narrow clip range, only A > 0 has one)."""
+    arrays = check.check_inputs("loss.gspo", 64, 256, 1, {"log_ratio_max": cap})
+    mask, a = arrays["mask"], arrays["advantages"]
+    mu = np.where(mask, arrays["logprobs"] - arrays["old_logprobs"], 0.0).sum(-1) / mask.sum(-1)
+    p = {q.name: q.default for q in REGISTRY["loss.gspo"].params}
+    lo, hi = np.log1p(-p["eps_low"]), np.log1p(p["eps_high"])
+    assert (mu > cap).sum() > 5 and (mu < cap).sum() > 5
+    assert np.abs(mu - cap).min() > check.INSIDE - 0.01 and min(np.abs(mu - lo).min(), np.abs(mu - hi).min()) > 0.1
+    live = (mu < cap) & (((mu > lo) & (mu < hi)) | ((a > 0) & (mu < lo)) | ((a < 0) & (mu > hi)))
+    judged = (a > 0) if cap < hi else (a != 0)
+    assert np.array_equal(live[judged], (np.arange(len(mu)) % 2 == 0)[judged])
+
+
 @pytest.mark.parametrize("clamp", [None, 1.0])
 def test_old_logprobs_of_a_sapo_check_cover_the_gate_and_keep_off_a_clamp(clamp):
     """SAPO's gate is smooth: a check's log-ratios spread over SPREAD, from the gate's steep part to
@@ -430,6 +450,7 @@ def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeyp
     ("loss.grpo", 4, {"kl_aggregation": "token_mean"}, {"kl_aggregation": "policy"}),  # KL inside the sample mean
     ("loss.vespo", 4, {}, {"k_pos": 3.0, "lambda_pos": 2.0, "k_neg": 2.0, "lambda_neg": 3.0}),  # phi's (k, lambda) swapped
     ("loss.gmpo", 4, {}, {"eps_low": 1e6, "eps_high": 1e6}),                           # never clips
+    ("loss.gspo", 32, {"log_ratio_max": 10.0}, {"log_ratio_max": None}),               # GSPO without verl's cap
     ("loss.minirl", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),                          # no decoupled-PPO mask
     ("loss.minirl", 8, {"is_cap": 1.5}, {"is_cap": None}),                              # an uncapped weight
     ("loss.grpo", 8, {"beta": 0, "is_level": "token"}, {"is_c_max": None}),            # TIS without its cap
@@ -713,7 +734,6 @@ def test_logprob_check_usage_errors():
     ("loss.dapo", {"params": {"aggregation": "sample_mean"}}, r"--param: loss.dapo: parameter 'aggregation'"),
     ("loss.dr_grpo", {"params": {"divisor": 0}}, r"--param: loss.dr_grpo: parameter 'divisor'"),
     ("loss.gspo", {"params": {"log_ratio_clamp": 20}}, r"covers log_ratio_clamp=None only \(log_ratio_clamp=20\)"),
-    ("loss.gspo", {"params": {"log_ratio_max": 10}}, r"covers log_ratio_max=None only"),
     ("loss.grpo", {"params": {"opsm_delta": 0.1, "is_level": "token"}},
      r"off the kinks of OPSM or of the IS weight, not both .*give --param opsm_delta=null or --param is_level=none"),
     ("loss.vespo", {"params": {"opsm_delta": 0.1}}, r"gives VESPO no sampler log-probs.*give --param opsm_delta=null$"),
