@@ -246,7 +246,9 @@ def test_formula_pages_and_name_map_reflect_the_committed_files(site):
     # a formula that pgspec check has an oracle for says so, with what a check of it needs; another does not
     loss = html_text(site / "formulas" / "loss.html")
     assert "pgspec check --formula loss.gspo (it needs --shape BxT; its IS weight any (level, mode, bounds, clamp)" in loss
-    assert "pgspec check --formula loss.gmpo" not in loss and "pgspec check --formula kl." not in kl
+    assert "pgspec check --formula loss.gmpo (it needs --shape BxT" in loss     # every loss has one
+    assert "pgspec check --formula kl." not in kl
+    assert "pgspec check --formula surrogate." not in html_text(site / "formulas" / "surrogate.html")
     name_map = html_text(site / "name-map.html")
     if list((ROOT / "conformance" / "presets").glob("*.toml")):
         assert "No presets yet" not in name_map and "spec recipe" in name_map
