@@ -34,6 +34,7 @@ import numpy as np
 from pgspec.reference import REGISTRY
 
 from . import compare, tolerance
+from .check_head_loss import FORMULAS as _HEAD_LOSS_FORMULAS
 from .generator import generate_arrays
 
 U64 = 2.0 ** -53
@@ -41,7 +42,8 @@ ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum"
                    "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "loss.sapo",
                    "loss.luspo", "loss.vespo", "loss.gmpo", "loss.minirl", "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
-HEAD_LOSS_FORMULAS = ("loss.grpo",)       # with --vocab: from hidden states and an LM head (check_head_loss.py)
+# with --vocab: from hidden states and an LM head (check_head_loss.py)
+HEAD_LOSS_FORMULAS = _HEAD_LOSS_FORMULAS
 # the token losses with a clip or a truncation: old log-probs off its kinks, per token (check_inputs)
 TOKEN_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.minirl")
 # Each token loss's aggregator (pgspec.reference.loss): loss.dapo's and loss.cispo's are their parameter `aggregation`
@@ -705,9 +707,10 @@ def _ppo_terms(l, old, adv, mask, eps_low, eps_high, clamp):
 def _cispo_terms(l, old, adv, mask, cap_form, eps_low, eps_high, clamp):
     """The reference's CISPO nodes at every token (reference.surrogate.cispo_loss, x = l (-sg[w] A)):
     (value x, its error E(x), the derivative dx/dl = -w A).  Every input is exact (E = 0); each node
-    rounds once (E = |value| + the operands' errors times the local derivatives): d = l - l_old, its
-    clamp to [-c, c] (a clamped d is the bound, which carries |c|), r = exp(d), w = r truncated (a
-    truncated w is the bound, which carries |w|), sg[w] (w's error), -sg[w], m = -sg[w] A, x = l m."""
+    rounds once (E = |value| + the operands' errors times the local derivatives): d = l - l_old (l's
+    value: w carries no error of l, as in the reference), its clamp to [-c, c] (a clamped d is the
+    bound, which carries |c|), r = exp(d), w = r truncated (a truncated w is the bound, which carries
+    |w|), sg[w] (w's error), -sg[w], m = -sg[w] A, x = l m."""
     import torch
 
     a = adv if adv.dim() == 2 else adv.unsqueeze(-1).expand_as(l)
@@ -1433,8 +1436,10 @@ def oracle_needs(fid: str) -> str:
                if fid in ("loss.dapo", "loss.cispo") else "")
             + "".join(f"; {name} null" for name in LOSS_FIXED_PARAMS.get(fid, ()))
             + ("; ratio_level sequence or token" if fid == "loss.luspo" else "")
-            + ("; with --vocab V [--hidden H] (and beta 0, its IS weight, OPSM and entropy mask off) it is checked "
-               "from hidden states through the adapter's fused head" if fid in HEAD_LOSS_FORMULAS else ""))
+            + ("; with --vocab V [--hidden H] (and beta 0, its IS weight, OPSM and entropy mask off"
+               + (", aggregation token_mean" if fid in ("loss.dapo", "loss.cispo") else "")
+               + ") it is checked from hidden states through the adapter's fused head"
+               if fid in HEAD_LOSS_FORMULAS else ""))
 
 
 def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
@@ -1464,6 +1469,10 @@ def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
         if p.get(k) not in off:
             raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r}) "
                              f"from hidden states (--vocab); give {_param_off(k, off)}")
+    if head and p.get("aggregation", "token_mean") != "token_mean":
+        raise CheckError(f"{formula}: from hidden states (--vocab) the oracle scale covers the batch-pooled token mean "
+                         f"(the head protocol has no prompt groups; aggregation={p['aggregation']!r}); give "
+                         f"--param aggregation=token_mean")
     if formula == "loss.minirl" and (p.get("is_level") != "none" or p.get("opsm_delta") is not None):
         raise CheckError(f"{formula}: the check draws MiniRL's sampler log-probs for its own weight, not off the kinks of "
                          f"an IS weight or OPSM (is_level={p['is_level']!r}, opsm_delta={p['opsm_delta']!r}); give "
@@ -1730,7 +1739,8 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
     if formula in VOCAB_FORMULAS:
         return run_logprob_checks(adapter, B, T, vocab, hidden, list(dtypes), device, seed, dict(params or {}))
     if formula in HEAD_LOSS_FORMULAS and vocab is not None:
-        return run_head_loss_checks(adapter, B, T, vocab, hidden, list(dtypes), device, seed, dict(params or {}), chunk)
+        return run_head_loss_checks(adapter, formula, B, T, vocab, hidden, list(dtypes), device, seed,
+                                    dict(params or {}), chunk)
     if device == "cuda" and not torch.cuda.is_available():
         raise CheckError("--device cuda: no CUDA device is available")
     params = dict(params or {})
@@ -1959,37 +1969,37 @@ def run_logprob_checks(adapter, B, T, V, H, dtypes, device, seed, params) -> lis
     return results
 
 
-def run_head_loss_checks(adapter, B, T, V, H, dtypes, device, seed, params, chunk=8) -> list[CheckResult]:
-    """``loss.grpo`` from hidden states [B, T, H] and an LM head [V, H] (check_head_loss.py), one
-    CheckResult per dtype: the float64 oracle first (the old log-probs are drawn around its
-    log-probs), then the adapter's head (``adapter.heads["loss.grpo"]``) in each dtype, judged on
-    the loss and on every element of the gradient with respect to the hidden states."""
+def run_head_loss_checks(adapter, formula, B, T, V, H, dtypes, device, seed, params, chunk=8) -> list[CheckResult]:
+    """A token loss (check_head_loss.FORMULAS) from hidden states [B, T, H] and an LM head [V, H]
+    (check_head_loss.py), one CheckResult per dtype: the float64 oracle first (the old log-probs are
+    drawn around its log-probs), then the adapter's head (``adapter.heads[formula]``) in each dtype,
+    judged on the loss and on every element of the gradient with respect to the hidden states."""
     import torch
 
     from . import check_head_loss as hl
 
-    p = oracle_params(hl.FORMULA, params, head=True)
+    p = oracle_params(formula, params, head=True)
     H, arrays = _seeded_head(B, T, V, H, device, seed)
-    head = getattr(adapter, "heads", {}).get(hl.FORMULA)
+    head = getattr(adapter, "heads", {}).get(formula)
     results = []
     for dtype in dtypes:
-        res = CheckResult(adapter.name, hl.FORMULA, dtype, device, [B, T], seed, "pass", vocab=V, hidden=H, path="head")
+        res = CheckResult(adapter.name, formula, dtype, device, [B, T], seed, "pass", vocab=V, hidden=H, path="head")
         results.append(res)
         if head is None or dtype not in adapter.dtypes:
             res.outcome = "unsupported"
-            res.message = (f"{adapter.name} has no fused head for {hl.FORMULA} (adapter.heads[{hl.FORMULA!r}], "
+            res.message = (f"{adapter.name} has no fused head for {formula} (adapter.heads[{formula!r}], "
                            f"conformance/check_head_loss.py HEAD_PROTOCOL)" if head is None else
                            f"{adapter.name} does not run in {dtype}")
     if not any(r.outcome == "pass" for r in results):
         return results
-    adv = seeded_inputs(hl.FORMULA, B, T, seed)["advantages"]
+    adv = seeded_inputs(formula, B, T, seed)["advantages"]
     t = time.perf_counter()
-    ref = hl.oracle(arrays, adv, p, device, seed, chunk=chunk)
+    ref = hl.oracle(arrays, adv, p, device, seed, chunk=chunk, formula=formula)
     seconds = time.perf_counter() - t
     y = torch.as_tensor(arrays["targets"], device=device)
     m = torch.as_tensor(arrays["mask"], device=device)
     N = B * T
-    family = REGISTRY[hl.FORMULA].family
+    family = REGISTRY[formula].family
     for res in results:
         if res.outcome != "pass":
             continue
@@ -2025,7 +2035,7 @@ def run_head_loss_checks(adapter, B, T, V, H, dtypes, device, seed, params, chun
                      torch.ones(sl.stop - sl.start, dtype=torch.bool, device=device))
         res.outputs = [j_loss.out, j_gx.out]
         _conclude(res)
-        _classify(adapter, res, hl.FORMULA, params, arrays, seed)
+        _classify(adapter, res, formula, params, arrays, seed)
     return results
 
 

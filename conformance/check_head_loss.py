@@ -1,14 +1,17 @@
-"""`pgspec check --formula loss.grpo --vocab V`: the GRPO loss from hidden states and an LM head.
+"""`pgspec check --formula loss.grpo --vocab V`: a token loss from hidden states and an LM head.
 
-A fused linear loss (Liger's ``LigerFusedLinearGRPOLoss``) takes the hidden states X [B, T, H] and
+The token losses ``FORMULAS`` (GRPO, BNPO, Dr.GRPO, DAPO and CISPO with the batch-pooled token mean),
+each with beta = 0 and its options off.  A fused linear loss (Liger's ``LigerFusedLinearGRPOLoss``,
+whose ``loss_type`` picks the loss) takes the hidden states X [B, T, H] and
 the LM head W [V, H], computes the token log-probs l = log softmax(X W^T)_y chunk by chunk, and the
 loss on them, and returns the gradient with respect to X: the log-prob step and the loss arithmetic
 in one call.  The check feeds the linear head of exact logits of check_logprob.py and the loss's
 other inputs:
 
-- advantages per sequence as ``check.seeded_inputs`` draws them for ``loss.grpo`` (the same seed);
+- advantages per sequence as ``check.seeded_inputs`` draws them for the loss (the same seed);
 - old log-probs around the policy's: old = fp32(l - rho) at unmasked positions (0 elsewhere), l the
-  oracle's float64 log-probs and rho, the log-ratio, drawn by ``check.draw_log_ratios``: with equal
+  oracle's float64 log-probs and rho, the log-ratio, drawn by ``check.draw_log_ratios`` (for CISPO
+  about where it truncates its weight, ``check._kinks``): with equal
   chance from a band of width 0.1 at 0.25 to 0.35 below log(1 - eps_low), one around the middle of
   the clip range (narrowed to keep 0.15 from either end, or its midpoint), and one at 0.25 to 0.35
   above log(1 + eps_high) (with a log-ratio clamp c, away from +-c too; see check.py for narrow or
@@ -18,16 +21,17 @@ other inputs:
   advantages reach the adapter in float32 in a bfloat16 or float16 run (as training frameworks keep
   them), in the run's dtype otherwise: exact in every case.
 
-The oracle is the composite l -> loss.grpo (beta = 0, recipe options off) in float64: the log-probs,
+The oracle is the composite l -> the loss (beta = 0, recipe options off) in float64: the log-probs,
 E(l), the gradient of l with respect to X and its scales come from ``check_logprob.oracle_chunks``;
 the loss and dloss/dl from the built-in torch backend on l; the loss's scales follow the
-reference's nodes as ``check.oracle_scales`` does for ``loss.grpo`` (``check._ppo_terms`` and
-``check._aggregate_scales``), with two changes that make l an inner node of one graph instead of an
-exact input:
+reference's nodes as ``check.oracle_scales`` does for the loss (``check._ppo_terms`` or
+``check._cispo_terms``, and ``check._aggregate_scales``), with two changes that make l an inner node
+of one graph instead of an exact input:
 
-- forward: each token's ppo_clip_term node adds |dx/dl| E(l) to its error (E(n) = rounding(n) +
-  sum over operands |dn/dp| E(p), reference ``_ad``), so E(l) reaches E(loss) and the relative
-  errors of the scale pass;
+- forward: each token's term node adds |dx/dl| E(l) to its error (E(n) = rounding(n) + sum over
+  operands |dn/dp| E(p), reference ``_ad``), so E(l) reaches E(loss) and the relative errors of the
+  scale pass (CISPO's weight sg[w] is computed from l's value, a constant, in the reference: it
+  carries no E(l));
 - backward: the scale pass reaches l with (A_l, C_l), the sum over paths of |local derivatives|
   and the accumulated error of evaluating them.  From there on the pass is linear in that pair, and
   a C-only seed travels as the path sum (the edges below l are +-1 or the products' constant
@@ -46,13 +50,14 @@ from __future__ import annotations
 
 import numpy as np
 
-FORMULA = "loss.grpo"
+FORMULAS = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo")
 
-HEAD_PROTOCOL = """adapter.heads["loss.grpo"](hidden [B,T,H], weight [V,H], targets [B,T] int64, mask [B,T] bool,
-old_logprobs [B,T], advantages [B], params) -> {"loss": scalar, "grad": {"hidden": [B,T,H]}}: loss.grpo on the
-log-probs log softmax(hidden weight^T)_targets (temperature 1), the gradient that of the loss; hidden and weight in
-the run's dtype, old_logprobs and advantages in float32 in a bfloat16 or float16 run, else in the run's dtype; params
-are loss.grpo's (beta = 0, recipe options off)."""
+HEAD_PROTOCOL = """adapter.heads[formula](hidden [B,T,H], weight [V,H], targets [B,T] int64, mask [B,T] bool,
+old_logprobs [B,T], advantages [B], params) -> {"loss": scalar, "grad": {"hidden": [B,T,H]}}: the loss (one of
+loss.grpo, loss.bnpo, loss.dr_grpo, loss.dapo, loss.cispo) on the log-probs log softmax(hidden weight^T)_targets
+(temperature 1), the gradient that of the loss; hidden and weight in the run's dtype, old_logprobs and advantages in
+float32 in a bfloat16 or float16 run, else in the run's dtype; params are the formula's (beta = 0, recipe options off;
+loss.dapo's and loss.cispo's aggregation token_mean)."""
 
 
 def side_dtype(dtype: str) -> str:
@@ -71,8 +76,8 @@ def old_logprobs(lp: np.ndarray, mask: np.ndarray, seed: int, eps_low: float, ep
     return np.where(mask, lp - rho, 0.0).astype(np.float32).astype(np.float64)
 
 
-def loss_oracle(lp, El, old, adv, mask, params: dict, chunk: int = 8):
-    """(loss, dloss/dl [B, T], E(loss), A_l [B, T], C_l [B, T]) of loss.grpo on float64 log-probs
+def loss_oracle(formula, lp, El, old, adv, mask, params: dict, chunk: int = 8):
+    """(loss, dloss/dl [B, T], E(loss), A_l [B, T], C_l [B, T]) of ``formula`` on float64 log-probs
     ``lp`` [B, T] with forward errors ``El`` [B, T] (tensors on one device)."""
     import torch
 
@@ -81,24 +86,31 @@ def loss_oracle(lp, El, old, adv, mask, params: dict, chunk: int = 8):
     torch_adapter = runner.load_adapter("torch")
     l = lp.detach().clone().requires_grad_(True)
     tensors = {"logprobs": l, "old_logprobs": old, "advantages": adv, "mask": mask}
-    out, grads = compare.call(torch_adapter, FORMULA, tensors, params)
-    eps_low, eps_high, clamp = float(params["eps_low"]), float(params["eps_high"]), params.get("log_ratio_clamp")
+    out, grads = compare.call(torch_adapter, formula, tensors, params)
+    eps_high, clamp = float(params["eps_high"]), params.get("log_ratio_clamp")
+    eps_low = params["eps_low"] if params["eps_low"] is None else float(params["eps_low"])
     with torch.no_grad():
         lv = lp.detach()
 
         def terms(sl):
-            x, Ex, dx = check._ppo_terms(lv[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
+            if formula == "loss.cispo":
+                x, Ex, dx = check._cispo_terms(lv[sl], old[sl], adv[sl], mask[sl], params["cap_form"], eps_low,
+                                               eps_high, clamp)
+            else:
+                x, Ex, dx = check._ppo_terms(lv[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
             return x, Ex + dx.abs() * El[sl], dx, x != 0       # E(l) enters through dx/dl
 
-        _, Ev, S_l, A_l = check._aggregate_scales("agg.sample_mean", terms, mask, chunk, split=True)
+        kind = check.LOSS_AGGREGATION.get(formula) or f"agg.{params['aggregation']}"
+        _, Ev, S_l, A_l = check._aggregate_scales(kind, terms, mask, chunk, split=True,
+                                                  **check._aggregation_args(kind, params, tensors))
     return out["loss"].detach(), grads["logprobs"].detach(), Ev, A_l, S_l - A_l
 
 
 def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, old=None,
-           chunk_tokens: int | None = None, chunk: int = 8):
-    """The composite's float64 oracle on the head ``arrays`` (check_logprob.seeded_head) with
+           chunk_tokens: int | None = None, chunk: int = 8, formula: str = "loss.grpo"):
+    """The composite's float64 oracle of ``formula`` on the head ``arrays`` (check_logprob.seeded_head) with
     advantages ``adv`` [B] and old log-probs ``old`` [B, T] (numpy; None: drawn from the oracle's
-    log-probs and ``seed`` by ``old_logprobs``), ``params`` loss.grpo's (check.oracle_params); positions
+    log-probs and ``seed`` by ``old_logprobs``), ``params`` the formula's (check.oracle_params); positions
     ``chunk_tokens`` at a time for the log-prob step, sequences ``chunk`` at a time for the loss's scales:
     {"loss", "E(loss)", "grad.hidden" [N, H], "S(grad.hidden)" [N, H], "old_logprobs" [B, T],
     "advantages" [B]} (float64 tensors on ``device``; N = B T)."""
@@ -117,11 +129,13 @@ def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, 
         lp_all[sl], El[sl], g1[sl], S1[sl], P1[sl] = l_c, E_c, g_c, S_c, P_c
     mask = torch.as_tensor(arrays["mask"], device=device)
     if old is None:
-        old = old_logprobs(lp_all.reshape(B, T).cpu().numpy(), arrays["mask"], seed, float(params["eps_low"]),
-                           float(params["eps_high"]), params.get("log_ratio_clamp"))
+        from .check import _kinks
+
+        old = old_logprobs(lp_all.reshape(B, T).cpu().numpy(), arrays["mask"], seed, *_kinks(params))
     old_t = torch.as_tensor(old, dtype=torch.float64, device=device)
     adv_t = torch.as_tensor(adv, dtype=torch.float64, device=device)
-    loss, g, Ev, A_l, C_l = loss_oracle(lp_all.reshape(B, T), El.reshape(B, T), old_t, adv_t, mask, params, chunk)
+    loss, g, Ev, A_l, C_l = loss_oracle(formula, lp_all.reshape(B, T), El.reshape(B, T), old_t, adv_t, mask, params,
+                                        chunk)
     with torch.no_grad():
         gX = g1.mul_(g.reshape(N, 1))                                   # dloss/dl_t dl_t/dX_t
         SX = S1.mul_(A_l.reshape(N, 1)).add_(P1.mul_(C_l.reshape(N, 1)))

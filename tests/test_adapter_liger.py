@@ -123,6 +123,23 @@ def test_fused_linear_grpo_loss_passes_the_vocabulary_check():
     assert r.outcome == "unsupported"
 
 
+@pytest.mark.parametrize("formula, params", [("loss.bnpo", {}), ("loss.dr_grpo", {"divisor": 96}),
+                                             ("loss.dapo", {"aggregation": "token_mean"}),
+                                             ("loss.cispo", {"aggregation": "token_mean"})])
+def test_fused_linear_loss_passes_the_vocabulary_check_for_every_token_loss(formula, params):
+    """The other token losses through LigerFusedLinearGRPOLoss whole (its loss_type from the formula,
+    head.head_loss): hidden states and LM head in at V = 9,000, bfloat16 and float32 pass against the
+    composite float64 oracle (check_head_loss.py)."""
+    from pgspec.conformance import check
+
+    a = runner.load_adapter("pgspec.adapters.liger:make_fused_adapter")
+    results = check.run_checks(a, formula, 2, 64, dtypes=["bfloat16", "float32"], vocab=9000, params=params)
+    assert [(r.dtype, r.path, r.outcome) for r in results] == [("bfloat16", "head", "pass"), ("float32", "head", "pass")]
+    for r in results:
+        assert [(o.output, o.failures) for o in r.outputs] == [("loss", 0), ("grad.hidden", 0)]
+        assert r.outputs[1].worst_ratio > 0
+
+
 def test_luspo_token_level_leaks_padding():
     """Liger's luspo sums the unmasked per-token loss times L_i / (B T): padding enters the loss."""
     from pgspec.adapters.liger import chunked
@@ -242,7 +259,7 @@ print(json.dumps([[r.dtype, r.path, r.outcome, [[o.output, o.compared, o.failure
 @needs_triton
 def test_triton_kernel_passes_the_vocabulary_check_under_interpreter():
     """`pgspec check --formula loss.grpo --vocab 9000` through triton_grpo_loss on the logits of the linear head
-    (triton_path.head_loss_grpo): the kernel's loop over the vocabulary in blocks of 4,096 (three blocks here),
+    (triton_path.head_loss): the kernel's loop over the vocabulary in blocks of 4,096 (three blocks here),
     forward and backward, in bfloat16 and float32 logits, against the composite float64 oracle."""
     r = _child(TRITON_VOCAB, TRITON_INTERPRET="1")
     assert [row[:3] for row in r] == [["bfloat16", "head", "pass"], ["float32", "head", "pass"]]

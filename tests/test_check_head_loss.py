@@ -12,9 +12,9 @@ from pgspec.conformance import check, check_head_loss, check_logprob, runner
 from pgspec.reference import REGISTRY
 
 
-def _reference(arrays, old, adv, params):
+def _reference(arrays, old, adv, params, formula="loss.grpo"):
     """(loss, E(loss), dloss/dX [N, H], S(dloss/dX) [N, H]) of l = log_softmax_at(total_h(X_h W_vh)) into
-    the reference's loss.grpo, by reference._ad (old log-probs and advantages tracked as exact inputs,
+    the reference's ``formula``, by reference._ad (old log-probs and advantages tracked as exact inputs,
     as the generator tracks every real input)."""
     from mpmath import mp, mpf
 
@@ -22,7 +22,7 @@ def _reference(arrays, old, adv, params):
     from pgspec.reference._evaluate import DEFAULT_DPS, check_params
     from pgspec.reference.logprob import log_softmax_at
 
-    f = REGISTRY["loss.grpo"]
+    f = REGISTRY[formula]
     X, W, y, m = arrays["hidden"], arrays["weight"], arrays["targets"], arrays["mask"]
     B, T, H = X.shape
     with mp.workdps(DEFAULT_DPS):
@@ -47,44 +47,68 @@ def _reference(arrays, old, adv, params):
         return float(raw["loss"].value), float(E), grad, scale
 
 
-@pytest.mark.parametrize("eps_low,eps_high", [(0.2, 0.2), (0.1, 0.28)])
-def test_composite_scales_equal_reference_ad(eps_low, eps_high):
+@pytest.mark.parametrize("formula, given", [
+    ("loss.grpo", {"eps_low": 0.2, "eps_high": 0.2}), ("loss.grpo", {"eps_low": 0.1, "eps_high": 0.28}),
+    ("loss.bnpo", {"eps_low": 0.2, "eps_high": 0.28}), ("loss.dr_grpo", {"divisor": 7, "eps_high": 0.28}),
+    ("loss.dapo", {"aggregation": "token_mean"}), ("loss.cispo", {"aggregation": "token_mean", "eps_high": 0.2}),
+    ("loss.cispo", {"aggregation": "token_mean", "eps_low": 0.2, "eps_high": 0.2, "log_ratio_clamp": 0.3}),
+    ("loss.grpo", {"log_ratio_clamp": 0.3})])
+def test_composite_scales_equal_reference_ad(formula, given):
     """Values and every scale of the composite oracle equal reference._ad's on a batch with masked
-    positions, clipped and unclipped tokens of both advantage signs, and a target at the argmax."""
+    positions, clipped (or truncated) and unclipped tokens of both advantage signs, and a target at the
+    argmax."""
     arrays = check_logprob.seeded_head(3, 4, 11, 5, seed=6)
     arrays["targets"][0, 0] = int(np.argmax(arrays["hidden"][0, 0] @ arrays["weight"].T))
     adv = np.array([0.75, -0.5, 1.25])
-    params = check.oracle_params("loss.grpo", {"beta": 0.0, "eps_low": eps_low, "eps_high": eps_high})
-    o = check_head_loss.oracle(arrays, adv, params, seed=3)
+    params = check.oracle_params(formula, {"beta": 0.0, **given}, head=True)
+    o = check_head_loss.oracle(arrays, adv, params, seed=3, formula=formula)
     old = o["old_logprobs"].numpy()
     lp = next(iter(check_logprob.oracle_chunks(arrays, {"temperature": 1, "logit_scale": 1, "softcap": None})))[1]
     ratio = np.exp(lp.numpy().reshape(3, 4) - old)[arrays["mask"]]
-    assert (ratio < 1 - eps_low).any() and (ratio > 1 + eps_high).any() and ((ratio > 1 - eps_low) & (ratio < 1 + eps_high)).any()
+    eps_low, eps_high, _ = check._kinks(params)
+    assert (ratio < 1 - eps_low).any() or eps_low == 1
+    assert (ratio > 1 + eps_high).any() and ((ratio > 1 - eps_low) & (ratio < 1 + eps_high)).any()
     assert not arrays["mask"].all()
-    loss, E, grad, scale = _reference(arrays, old, adv, {"beta": 0.0, "eps_low": eps_low, "eps_high": eps_high})
+    loss, E, grad, scale = _reference(arrays, old, adv, {"beta": 0.0, **given}, formula)
     assert float(o["loss"]) == pytest.approx(loss, rel=1e-13)
     assert float(o["E(loss)"]) == pytest.approx(E, rel=1e-9)
     assert o["grad.hidden"].numpy() == pytest.approx(grad, rel=1e-12, abs=1e-300)
     assert o["S(grad.hidden)"].numpy() == pytest.approx(scale, rel=1e-9, abs=1e-300)
 
 
-def _torch_head(scale=1.0):
-    """A head made of the torch backend's own formulas in the run's dtype: logits X W^T, logprob.token, loss.grpo
+def _torch_head(scale=1.0, formulas=("loss.grpo",)):
+    """A head made of the torch backend's own formulas in the run's dtype: logits X W^T, logprob.token, the loss
     (``scale`` multiplies the loss, to make a wrong one)."""
     torch_adapter = runner.load_adapter("torch")
 
-    def head(hidden, weight, targets, mask, old_logprobs, advantages, params):
-        x = hidden.detach().requires_grad_(True)
-        with torch.enable_grad():
-            l = torch_adapter.call("logprob.token", {"logits": x @ weight.T, "targets": targets, "mask": mask}, {})["logprobs"]
-            loss = torch_adapter.call("loss.grpo", {"logprobs": l, "old_logprobs": old_logprobs, "advantages": advantages,
-                                                    "mask": mask}, params)["loss"] * scale
-            (g,) = torch.autograd.grad(loss, [x])
-        return {"loss": loss.detach(), "grad": {"hidden": g}}
+    def make(fid):
+        def head(hidden, weight, targets, mask, old_logprobs, advantages, params):
+            x = hidden.detach().requires_grad_(True)
+            with torch.enable_grad():
+                l = torch_adapter.call("logprob.token", {"logits": x @ weight.T, "targets": targets, "mask": mask},
+                                       {})["logprobs"]
+                loss = torch_adapter.call(fid, {"logprobs": l, "old_logprobs": old_logprobs, "advantages": advantages,
+                                                "mask": mask}, params)["loss"] * scale
+                (g,) = torch.autograd.grad(loss, [x])
+            return {"loss": loss.detach(), "grad": {"hidden": g}}
+        return head
 
     a = Adapter(f"torch-head-{scale}", "test", "0", implementations={})
-    a.heads = {"loss.grpo": head}
+    a.heads = {fid: make(fid) for fid in formulas}
     return a
+
+
+@pytest.mark.parametrize("formula, params", [("loss.bnpo", {}), ("loss.dr_grpo", {"divisor": 512}),
+                                             ("loss.dapo", {"aggregation": "token_mean"}),
+                                             ("loss.cispo", {"aggregation": "token_mean"})])
+def test_every_head_loss_passes_a_correct_head_and_catches_a_wrong_one(formula, params):
+    results = check.run_checks(_torch_head(formulas=(formula,)), formula, 3, 40, dtypes=["bfloat16", "float32"],
+                               vocab=700, hidden=16, params=params)
+    assert [(r.dtype, r.outcome, r.path) for r in results] == [("bfloat16", "pass", "head"), ("float32", "pass", "head")]
+    assert all(0 < r.outputs[1].worst_ratio < 1 for r in results)
+    (r,) = check.run_checks(_torch_head(1 + 1e-3, formulas=(formula,)), formula, 3, 40, dtypes=["float32"], vocab=700,
+                            hidden=16, params=params)
+    assert r.outcome == "fail" and r.outputs[1].failures > 0
 
 
 def test_check_passes_a_correct_head_and_catches_a_wrong_one():
@@ -116,7 +140,9 @@ def test_usage_and_unsupported():
     with pytest.raises(check.CheckError, match="beta"):
         check.run_checks(_torch_head(), "loss.grpo", 2, 8, vocab=50, params={"beta": 0.04})
     with pytest.raises(check.CheckError, match="--vocab applies to"):
-        check.run_checks(torch_adapter, "loss.bnpo", 2, 8, vocab=50)
+        check.run_checks(torch_adapter, "loss.gspo", 2, 8, vocab=50)
+    with pytest.raises(check.CheckError, match=r"batch-pooled token mean .*give --param aggregation=token_mean"):
+        check.run_checks(_torch_head(formulas=("loss.dapo",)), "loss.dapo", 2, 8, vocab=50)
 
 
 @pytest.mark.parametrize("eps_low,eps_high", [(0.2, 0.2), (0.2, 0.28), (0.1, 0.1)])

@@ -34,21 +34,26 @@ def head_logprob(hidden, weight, targets, mask, params):
     return {"logprobs": out, "grad": {"hidden": grad}}
 
 
-def head_loss_grpo(hidden, weight, targets, mask, old_logprobs, advantages, params):
-    """``LigerFusedLinearGRPOLoss`` whole (``compiled=False``, one sequence per chunk, as the fused adapter
-    runs it): hidden states and LM head in, its loss and the gradient w.r.t. the hidden states out
-    (`pgspec check --formula loss.grpo --vocab V`, conformance/check_head_loss.py)."""
-    import torch
-    from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
+def head_loss(fid):
+    """``LigerFusedLinearGRPOLoss`` whole for the token loss ``fid`` (``compiled=False``, one sequence per chunk,
+    as the fused adapter runs it; its ``loss_type`` and the rest of its configuration from the formula's
+    parameters, as for the loss rows): hidden states and LM head in, its loss and the gradient w.r.t. the
+    hidden states out (`pgspec check --formula fid --vocab V`, conformance/check_head_loss.py)."""
+    def head(hidden, weight, targets, mask, old_logprobs, advantages, params):
+        import torch
+        from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
 
-    cfg, kw = prepare("loss.grpo", {"mask": mask, "old_logprobs": old_logprobs, "advantages": advantages}, params)
-    leaf = hidden.detach().requires_grad_(True)
-    module = LigerFusedLinearGRPOLoss(compiled=False, use_ref_model=False, chunk_size=1, temperature=1.0, **cfg)
-    with torch.enable_grad():
-        loss, _ = module(leaf, weight.detach(), targets, kw["mask"], kw["advantages"], old_per_token_logps=kw["old"])
-        (grad,) = torch.autograd.grad(loss, [leaf])
-    return {"loss": loss.detach(), "grad": {"hidden": grad}}
+        cfg, kw = prepare(fid, {"mask": mask, "old_logprobs": old_logprobs, "advantages": advantages}, params)
+        leaf = hidden.detach().requires_grad_(True)
+        module = LigerFusedLinearGRPOLoss(compiled=False, use_ref_model=False, chunk_size=1, temperature=1.0, **cfg)
+        with torch.enable_grad():
+            loss, _ = module(leaf, weight.detach(), targets, kw["mask"], kw["advantages"], old_per_token_logps=kw["old"])
+            (grad,) = torch.autograd.grad(loss, [leaf])
+        return {"loss": loss.detach(), "grad": {"hidden": grad}}
+
+    return head
 
 
+HEAD_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo")
 HEADS = {"logprob.token": head_logprob}
-FUSED_HEADS = {"logprob.token": head_logprob, "loss.grpo": head_loss_grpo}
+FUSED_HEADS = {"logprob.token": head_logprob, **{fid: head_loss(fid) for fid in HEAD_LOSSES}}

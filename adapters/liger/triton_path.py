@@ -88,8 +88,14 @@ def _kernel_loss(triton_grpo_loss, logits, completion_ids, cfg, kw, dev):
     return out[0] if isinstance(out, tuple) else out
 
 
-def head_loss_grpo(hidden, weight, targets, mask, old_logprobs, advantages, params):
-    """`pgspec check --formula loss.grpo --vocab V` (conformance/check_head_loss.py): triton_grpo_loss on the
+def head_loss(fid):
+    """``_head_loss`` for the token loss ``fid`` (check_head_loss.FORMULAS)."""
+    return lambda hidden, weight, targets, mask, old_logprobs, advantages, params: _head_loss(
+        fid, hidden, weight, targets, mask, old_logprobs, advantages, params)
+
+
+def _head_loss(fid, hidden, weight, targets, mask, old_logprobs, advantages, params):
+    """`pgspec check --formula fid --vocab V` (conformance/check_head_loss.py): triton_grpo_loss on the
     logits ``hidden @ weight^T`` formed in the run's dtype, as a model's LM head hands them over, in the
     (B, T+1, V) layout the kernel takes (its last row is ignored): the kernel's own loop over the
     vocabulary in blocks of 4,096 (an online log-sum-exp in float32), forward and backward, and its
@@ -100,7 +106,7 @@ def head_loss_grpo(hidden, weight, targets, mask, old_logprobs, advantages, para
     must fit in the device's memory."""
     from liger_kernel.transformers.grpo_loss import triton_grpo_loss
 
-    cfg, kw = prepare("loss.grpo", {"mask": mask, "old_logprobs": old_logprobs, "advantages": advantages}, params,
+    cfg, kw = prepare(fid, {"mask": mask, "old_logprobs": old_logprobs, "advantages": advantages}, params,
                       check=False)
     B, T = mask.shape
     dev = _kernel_device(hidden)
@@ -112,7 +118,7 @@ def head_loss_grpo(hidden, weight, targets, mask, old_logprobs, advantages, para
     return {"loss": loss.detach().to(hidden.device), "grad": {"hidden": g.to(hidden.device)}}
 
 
-HEADS = {"loss.grpo": head_loss_grpo}
+HEADS = {fid: head_loss(fid) for fid in ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo")}
 
 
 IMPLEMENTATIONS = {fid: loss_impl(fid) for fid in (
