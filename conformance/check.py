@@ -54,7 +54,13 @@ LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean
 # Parameters a loss's oracle covers only at their defaults (beyond the recipe options)
 LOSS_FIXED_PARAMS = {"loss.gspo": ("log_ratio_clamp",)}
 # The parameters an aggregator's oracle takes at any value; the others at their defaults only
-AGG_FREE_PARAMS = {"agg.constant": ("divisor", "divide_by")}
+AGG_FREE_PARAMS = {"agg.token_mean": ("num_tokens", "eps"),
+                   "agg.sample_mean": ("num_sequences", "sequence_token_counts", "count_empty_sequences", "eps_length",
+                                       "eps_count"),
+                   "agg.seq_mean_token_sum": ("num_sequences", "count_empty_sequences"),
+                   "agg.constant": ("divisor", "divide_by", "num_sequences", "count_empty_sequences"),
+                   "agg.prompt_mean": ("num_groups", "group_token_counts", "count_empty_groups", "step_divisor",
+                                       "num_sequences")}
 
 
 class CheckError(Exception):
@@ -1267,7 +1273,8 @@ def _phantom(k, inexact):
     return ((k >= 2) & inexact).long()
 
 
-def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, groups=None, root=None):
+def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, groups=None, root=None, counts=None,
+                      eps_length=0.0, n=None):
     """(value, S(value), S(grad) [B, T]) of an aggregator over per-token terms, following the
     reference's nodes (pgspec.reference.agg): row sums (one "sum" node each), then the aggregator's
     divisions and sums, then the scale pass backwards.  ``kind``, at its default parameters:
@@ -1290,7 +1297,12 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
     sixth of its time).
 
     ``root(v, E(v))``: the cotangent (A, C) the aggregate receives, (1, 0) when it is the loss itself
-    (a KL term aggregated separately reaches it through beta)."""
+    (a KL term aggregated separately reaches it through beta).
+
+    The denominators (``_aggregation_args``): ``divisor``, the N of the first three kinds (default: the
+    token count, or the count of non-empty rows); for the units, ``counts`` [B] (each row's D_i, or
+    its group's D_g at each of its rows; default the local token counts), ``eps_length`` added to
+    each, and ``n`` (default: the units with D_u > 0).  A zero denominator gives the constant 0."""
     import torch
 
     B = mask.shape[0]
@@ -1317,12 +1329,12 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
     vrows = Lv > 0
     if kind in ("agg.token_mean", "agg.seq_mean_token_sum", "agg.constant"):
         # v = (sum over the rows' sums) / N: one sum node (an empty row's sum is a constant 0, no term)
-        if kind == "agg.token_mean":
-            N = L.sum().double()
-        elif kind == "agg.seq_mean_token_sum":
-            N = k.double()
-        else:
+        if divisor is not None:
             N = torch.tensor(float(divisor), dtype=torch.float64, device=mask.device)
+        elif kind == "agg.token_mean":
+            N = L.sum().double()
+        else:
+            N = k.double()
         num = s[rows].sum()
         kv = vrows.sum()
         Enum = _sum_rounding(kv + _phantom(kv, any_inexact.any()), s[rows].abs().sum()) + Es[rows].sum()
@@ -1337,7 +1349,8 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
         # group's non-empty rows' sums, D = the group's token count)
         if kind == "agg.sample_mean":
             unit = None
-            G, EG, D, G_inexact, G_var = s, Es, L, any_inexact, vrows
+            G, EG, G_inexact, G_var = s, Es, any_inexact, vrows
+            D = L.double() if counts is None else counts.double()
         else:  # agg.prompt_mean
             _, unit = torch.unique(groups, return_inverse=True)
             n_units = int(unit.max()) + 1 if B else 0
@@ -1349,20 +1362,22 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
             G_var = kg > 0
             G = per_unit(torch.where(rows, s, torch.zeros_like(s)))
             G_inexact = per_unit((rows & any_inexact).long()) > 0
-            D = per_unit(L.long())
+            D = per_unit(L.long()).double() if counts is None else \
+                torch.zeros(n_units, dtype=torch.float64, device=mask.device).index_copy_(0, unit, counts.double())
             EG = (_sum_rounding(kg + _phantom(kg, G_inexact), per_unit(torch.where(rows, s.abs(), torch.zeros_like(s))))
                   + per_unit(torch.where(rows, Es, torch.zeros_like(s))))
-        units = D > 0
-        Dd = torch.where(units, D.double(), torch.ones_like(G))
+        den = D + float(eps_length)
+        units = den != 0
+        Dd = torch.where(units, den, torch.ones_like(G))
         q = torch.where(units, G / Dd, torch.zeros_like(G))
         Eq = torch.where(units, q.abs() + EG / Dd, torch.zeros_like(G))
-        n = units.sum().double()
+        n = (D > 0).sum().double() if n is None else torch.tensor(float(n), dtype=torch.float64, device=mask.device)
         P = q[units].sum()
         # the terms of the sum over units (a constant G_u, hence q_u, is none); q_u is inexact when
         # some D_u is not a power of two, or its terms are inexact
         live = units & G_var
         ku = live.sum()
-        q_inexact = ((D[live] & (D[live] - 1)) != 0).any() | G_inexact[live].any()
+        q_inexact = (torch.frexp(Dd[live])[0] != 0.5).any() | G_inexact[live].any()
         EP = _sum_rounding(ku + _phantom(ku, q_inexact), q[units].abs().sum()) + Eq[units].sum()
         v = P / n if n > 0 else P * 0
         Ev = v.abs() + EP / n if n > 0 else v * 0
@@ -1418,10 +1433,9 @@ def oracle_needs(fid: str) -> str:
         return ("--vocab V [--hidden H]: through a linear head of exact logits; parameters temperature > 0, "
                 "logit_scale > 0, softcap null")
     if fid.startswith("agg."):
-        free = AGG_FREE_PARAMS.get(fid, ())
-        divisor = " and --param divisor=K (K > 0; divide_by K or K*N, N = B)" if fid == "agg.constant" else ""
-        return ("--shape BxT" + divisor + "; its " + ("other " if free else "") + "parameters at their defaults"
-                + ("; prompt groups b mod 4" if fid == "agg.prompt_mean" else ""))
+        divisor = " and --param divisor=K (K > 0; divide_by K or K*N)" if fid == "agg.constant" else ""
+        return ("--shape BxT" + divisor + "; any of its parameters (global counts, which must cover the batch's, "
+                "and epsilons)" + ("; prompt groups b mod 4" if fid == "agg.prompt_mean" else ""))
     defaults = {p.name: p.default for p in f.params}
     return ("--shape BxT; "
             + ("is_level none and opsm_delta null (VESPO folds the sampler's ratio into phi; the check gives it no "
@@ -1589,16 +1603,59 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
 
 def _aggregation_args(kind: str, p: dict, tensors: dict) -> dict:
     """What ``_aggregate_scales`` needs beyond the terms for aggregator ``kind`` under parameters ``p``
-    (an agg.* formula's, or the loss's that aggregates with it): agg.constant's divisor, K or K N
-    (N = B, every sequence: agg.constant's count_empty_sequences, true in the recipes), and
-    agg.prompt_mean's group ids."""
+    (an agg.* formula's, or the loss's that aggregates with it, whose aggregator takes its defaults),
+    as reference.agg computes its denominators: agg.token_mean's N_tok (num_tokens or the token count)
+    + eps; agg.seq_mean_token_sum's N and agg.constant's K or K N (N: num_sequences, or B when
+    count_empty_sequences, true in the recipes, else the non-empty rows); agg.sample_mean's D_i
+    (sequence_token_counts or L_i), eps_length and N (num_sequences or the rows with D_i > 0, B when
+    count_empty_sequences) + eps_count; agg.prompt_mean's group ids, D_g (group_token_counts or the
+    group's tokens) and its divisor (num_groups or the groups with D_g > 0, all of them when
+    count_empty_groups; with step_divisor 'sequences', num_sequences or B)."""
+    import torch
+
+    mask = tensors["mask"]
+    B = mask.shape[0]
+    L = mask.sum(-1)
+    opt = p.get         # a loss's parameters share no name with its aggregator's but divisor and divide_by
+
+    def sequences(count_empty):
+        given = opt("num_sequences")
+        return given if given is not None else B if count_empty else int((L > 0).sum())
+
+    if kind == "agg.token_mean":
+        n_tok = opt("num_tokens")
+        return {"divisor": (int(L.sum()) if n_tok is None else n_tok) + float(opt("eps", 0))}
+    if kind == "agg.seq_mean_token_sum":
+        return {"divisor": sequences(opt("count_empty_sequences", False))}
     if kind == "agg.constant":
-        return {"divisor": float(p["divisor"]) * (tensors["mask"].shape[0] if p["divide_by"] == "K*N" else 1)}
+        k = float(p["divisor"])
+        return {"divisor": k * sequences(opt("count_empty_sequences", True)) if p["divide_by"] == "K*N" else k}
+    if kind == "agg.sample_mean":
+        given = opt("sequence_token_counts")
+        D = L.double() if given is None else torch.as_tensor(given, dtype=torch.float64, device=mask.device)
+        n = opt("num_sequences")
+        if n is None:
+            n = B if opt("count_empty_sequences", False) else int((D > 0).sum())
+        return {"counts": D, "eps_length": float(opt("eps_length", 0)), "n": n + float(opt("eps_count", 0))}
     if kind == "agg.prompt_mean":
         if "group_ids" not in tensors:
             raise CheckError("the prompt_mean aggregation needs the input 'group_ids' (the prompt group of each "
                              "sequence, [B])")
-        return {"groups": tensors["group_ids"]}
+        groups = tensors["group_ids"]
+        _, unit = torch.unique(groups, return_inverse=True)
+        n_units = int(unit.max()) + 1 if B else 0
+        local = torch.zeros(n_units, dtype=torch.float64, device=mask.device).index_add_(0, unit, L.double())
+        given = opt("group_token_counts")
+        D_row = local[unit] if given is None else torch.as_tensor(given, dtype=torch.float64, device=mask.device)
+        D = torch.zeros(n_units, dtype=torch.float64, device=mask.device).index_copy_(0, unit, D_row)
+        if opt("step_divisor", "groups") == "sequences":
+            n = opt("num_sequences")
+            n = B if n is None else n
+        else:
+            n = opt("num_groups")
+            if n is None:
+                n = n_units if opt("count_empty_groups", False) else int((D > 0).sum())
+        return {"groups": groups, "counts": D_row, "n": n}
     return {}
 
 
@@ -1606,9 +1663,14 @@ def oracle(formula: str, arrays: dict, params: dict, device: str = "cpu", chunk:
     """(outputs, gradients, scales) of the float64 oracle on numpy ``arrays``."""
     from . import runner
 
+    from pgspec.reference import SpecError
+
     torch_adapter = runner.load_adapter("torch")
     tensors = to_tensors(formula, arrays, "float64", device)
-    out, grads = compare.call(torch_adapter, formula, tensors, params)
+    try:
+        out, grads = compare.call(torch_adapter, formula, tensors, params)
+    except SpecError as e:          # a parameter the batch contradicts (a global count below the batch's)
+        raise CheckError(f"--param: {e}") from None
     return out, grads, oracle_scales(formula, tensors, params, chunk)
 
 
