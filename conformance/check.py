@@ -39,6 +39,7 @@ from .generator import generate_arrays
 
 U64 = 2.0 ** -53
 ORACLE_FORMULAS = ("agg.token_mean", "agg.sample_mean", "agg.seq_mean_token_sum", "agg.constant", "agg.prompt_mean",
+                   "agg.document_mean",
                    "loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "loss.sapo",
                    "loss.luspo", "loss.vespo", "loss.gmpo", "loss.minirl", "logprob.token")
 VOCAB_FORMULAS = ("logprob.token",)      # need --vocab (check_logprob.py: a linear head of exact logits)
@@ -60,7 +61,8 @@ AGG_FREE_PARAMS = {"agg.token_mean": ("num_tokens", "eps"),
                    "agg.seq_mean_token_sum": ("num_sequences", "count_empty_sequences"),
                    "agg.constant": ("divisor", "divide_by", "num_sequences", "count_empty_sequences"),
                    "agg.prompt_mean": ("num_groups", "group_token_counts", "count_empty_groups", "step_divisor",
-                                       "num_sequences")}
+                                       "num_sequences"),
+                   "agg.document_mean": ("num_documents", "document_token_counts")}
 
 
 class CheckError(Exception):
@@ -116,11 +118,15 @@ def parse_shape(text: str) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------------
 # Seeded inputs
 # ------------------------------------------------------------------------------------------------
+DOCUMENTS = 4       # the documents packed in each row of a check with document ids (contiguous spans)
+
+
 def seeded_inputs(formula: str, B: int, T: int, seed: int = 0, ragged: bool = True, optional=()) -> dict:
     """numpy inputs for ``formula`` from pgspec-splitmix64/1: its real inputs drawn as the corpus's
     scale cases draw them, a right-padded mask (row b keeps T - (b * 7919 mod (T // 4 + 1)) tokens
-    when ``ragged``), group ids b mod 4.  The formula's required inputs, and the optional ones named
-    in ``optional``."""
+    when ``ragged``), group ids b mod 4, document ids cutting each row into DOCUMENTS contiguous
+    spans (the last ones of a short row may hold no unmasked token).  The formula's required inputs,
+    and the optional ones named in ``optional``."""
     f = REGISTRY[formula]
     names = [i.name for i in f.inputs if not i.optional or i.name in optional]
     fields = [n for n in names if n in ("logprobs", "old_logprobs", "ref_logprobs", "sampler_logprobs", "values",
@@ -129,7 +135,7 @@ def seeded_inputs(formula: str, B: int, T: int, seed: int = 0, ragged: bool = Tr
         raise CheckError(f"{formula}: no seeded input generator for {sorted(set(names) - set(fields))}")
     lengths = [T - (b * 7919) % (T // 4 + 1) for b in range(B)] if ragged else None
     spec = {"generator": "pgspec-splitmix64/1", "seed": seed, "B": B, "T": T, "fields": fields,
-            "lengths": lengths, "groups": 4, "documents": None}
+            "lengths": lengths, "groups": 4, "documents": DOCUMENTS if "document_ids" in fields else None}
     return generate_arrays(spec)
 
 
@@ -1273,6 +1279,48 @@ def _phantom(k, inexact):
     return ((k >= 2) & inexact).long()
 
 
+def _document_mean_scales(x, mask, doc_ids, p):
+    """(S(value), S(grad.values) [B, T]) of agg.document_mean on exact inputs ``x``, as the reference's
+    nodes are (reference.agg.document_mean): per document d, a sum node G_d over its unmasked tokens
+    (wherever they lie in the batch; depth(k_d) sum |x|, its exact short terms leave no residue),
+    q_d = G_d / N_d (N_d: document_token_counts at its tokens, or its token count; an edge 1/N_d),
+    the sum node P over the documents (a residue where some q_d is inexact: N_d not a power of two),
+    and P / N_doc (num_documents or the count of documents; 0 gives the constant 0)."""
+    import torch
+
+    ids = doc_ids[mask]
+    docs, unit = torch.unique(ids, return_inverse=True)
+    n_docs = docs.numel()
+    zero = torch.zeros(n_docs, dtype=torch.float64, device=x.device)
+    xs = x[mask]
+    G = zero.clone().index_add_(0, unit, xs)
+    absG = zero.clone().index_add_(0, unit, xs.abs())
+    k = zero.clone().index_add_(0, unit, torch.ones_like(xs))
+    given = p["document_token_counts"]
+    if given is None:
+        N = k
+    else:
+        counts = torch.as_tensor([[0 if c is None else c for c in row] for row in given], dtype=torch.float64,
+                                 device=x.device)[mask]
+        N = zero.clone().index_copy_(0, unit, counts)
+    EG = _depth(k) * absG
+    q = G / N
+    Eq = q.abs() + EG / N
+    n = float(n_docs if p["num_documents"] is None else p["num_documents"])
+    inexact = (torch.frexp(N)[0] != 0.5).any()
+    P = q.sum()
+    EP = _sum_rounding(torch.tensor(n_docs) + _phantom(torch.tensor(n_docs), inexact), q.abs().sum()) + Eq.sum()
+    if n == 0:
+        return P * 0, torch.zeros_like(x)
+    v = P / n
+    Ev = v.abs() + EP / n
+    A_P, C_P = 1 / n, _rel(v, Ev) / n
+    A_G, C_G = A_P / N, (C_P + A_P * _rel(q, Eq)) / N
+    g = torch.zeros_like(x)
+    g[mask] = (A_G + C_G)[unit]
+    return Ev, g
+
+
 def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, groups=None, root=None, counts=None,
                       eps_length=0.0, n=None):
     """(value, S(value), S(grad) [B, T]) of an aggregator over per-token terms, following the
@@ -1435,7 +1483,8 @@ def oracle_needs(fid: str) -> str:
     if fid.startswith("agg."):
         divisor = " and --param divisor=K (K > 0; divide_by K or K*N)" if fid == "agg.constant" else ""
         return ("--shape BxT" + divisor + "; any of its parameters (global counts, which must cover the batch's, "
-                "and epsilons)" + ("; prompt groups b mod 4" if fid == "agg.prompt_mean" else ""))
+                "and epsilons)" + ("; prompt groups b mod 4" if fid == "agg.prompt_mean" else "")
+                + (f"; {DOCUMENTS} documents a row" if fid == "agg.document_mean" else ""))
     defaults = {p.name: p.default for p in f.params}
     return ("--shape BxT; "
             + ("is_level none and opsm_delta null (VESPO folds the sampler's ratio into phi; the check gives it no "
@@ -1509,6 +1558,9 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
     p = oracle_params(formula, params)
     with torch.no_grad():
         mask = tensors["mask"]
+        if formula == "agg.document_mean":
+            Ev, g = _document_mean_scales(tensors["values"].detach(), mask, tensors["document_ids"], p)
+            return {"value": Ev, "grad.values": g}
         if formula.startswith("agg."):
             x = tensors["values"].detach()
 

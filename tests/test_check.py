@@ -109,6 +109,7 @@ VERL_KL = {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20, "kl_output_min": -10
     ("agg.prompt_mean", {"num_groups": 8}), ("agg.prompt_mean", {"count_empty_groups": True}),
     ("agg.prompt_mean", {"step_divisor": "sequences", "num_sequences": 64}),
     ("agg.prompt_mean", {"group_token_counts": [200, 150, 0, 120, 200, 150, 0, 120, 200]}),
+    ("agg.document_mean", {}), ("agg.document_mean", {"num_documents": 64}),     # 4 documents a row, some empty
     ("loss.dr_grpo", {}), ("loss.dr_grpo", {"divisor": 64, "divide_by": "K", "eps_high": 0.28}),
     ("loss.dapo", {}), ("loss.dapo", {"aggregation": "token_mean", "log_ratio_clamp": 0.3}),
     ("loss.grpo", {"beta": 0.0}), ("loss.bnpo", {}),
@@ -186,6 +187,16 @@ def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, pa
     if "advantages" in arrays:
         arrays["advantages"][0] = 0.0
     _agree_on(formula, arrays, params)
+
+
+def test_document_mean_with_global_document_token_counts():
+    """agg.document_mean with document_token_counts (each unmasked token holds its document's global
+    count, here 3 more than the batch's) and num_documents: the oracle equals the reference."""
+    arrays = check.check_inputs("agg.document_mean", 5, 40, 2, {})
+    ids, mask = arrays["document_ids"], arrays["mask"]
+    counts = {d: int(((ids == d) & mask).sum()) for d in np.unique(ids[mask])}
+    given = [[counts[ids[i, t]] + 3 if mask[i, t] else None for t in range(40)] for i in range(5)]
+    _agree_on("agg.document_mean", arrays, {"document_token_counts": given, "num_documents": 30})
 
 
 def test_a_gmpo_row_whose_exact_sum_has_more_than_64_bits_counts_a_residue():
@@ -461,6 +472,7 @@ def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeyp
     ("loss.grpo", 4, {"kl_aggregation": "token_mean"}, {"kl_aggregation": "policy"}),  # KL inside the sample mean
     ("loss.vespo", 4, {}, {"k_pos": 3.0, "lambda_pos": 2.0, "k_neg": 2.0, "lambda_neg": 3.0}),  # phi's (k, lambda) swapped
     ("loss.gmpo", 4, {}, {"eps_low": 1e6, "eps_high": 1e6}),                           # never clips
+    ("agg.document_mean", 4, {}, {"num_documents": 1000}),                             # another document count
     ("loss.gspo", 32, {"log_ratio_max": 10.0}, {"log_ratio_max": None}),               # GSPO without verl's cap
     ("loss.minirl", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),                          # no decoupled-PPO mask
     ("loss.minirl", 8, {"is_cap": 1.5}, {"is_cap": None}),                              # an uncapped weight
