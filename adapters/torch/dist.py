@@ -177,7 +177,7 @@ def sdp_segment(inputs, params):
         m = mask[:, sl]
         d = (lp[:, sl] - old[:, sl])[m]
         seg = torch.searchsorted(ids, docs[:, sl][m])
-        partials.append(torch.zeros(K, dtype=lp.dtype, device=lp.device).index_add(0, seg, d) / N)
+        partials.append(A.segment_sums(d, seg, K) / N)       # pairwise within each segment
     partials = torch.stack(partials)
     log_ratio = partials.sum(0)               # the SUM all-reduce over the SDP group
     pos = torch.arange(T, device=mask.device)

@@ -29,6 +29,8 @@ import torch
 
 from pgspec.reference import REGISTRY, SpecError
 
+from .agg import segment_sums
+
 
 def _param(params, fid, name):
     """A parameter by its spec name, defaulting to the reference registry's default."""
@@ -273,8 +275,8 @@ def gspo_document(inputs, params):
     K = ids.numel()
     counts = torch.bincount(inv, minlength=K)
     n = counts.to(d.dtype)
-    lrn = torch.zeros(K, dtype=d.dtype, device=d.device).index_add(0, inv, d)
-    adv = torch.zeros(K, dtype=d.dtype, device=d.device).index_add(0, inv, a) / n
+    lrn = segment_sums(d, inv, K)                 # pairwise within each document (agg.segment_sums)
+    adv = segment_sums(a, inv, K) / n
     r = exp_(lrn / n)
     loss = ppo_clip_loss(r, adv, _param(params, fid, "eps_low"), _param(params, fid, "eps_high"))
     return {"segment_ids": ids, "token_count": counts, "ratio": r, "advantage": adv, "loss": loss,
