@@ -217,6 +217,13 @@ def draw_log_ratios(shape, seed: int, eps_low: float, eps_high: float, clamp=Non
     return np.choose(band, [_place(pieces, u) for pieces in bands])
 
 
+def _draw_from_bands(rng, bands, shape):
+    """Values of ``shape`` from ``bands`` with equal chance: each element's band, then for each band a
+    uniform u placing its elements in it (``_place``)."""
+    band = rng.integers(0, len(bands), size=shape)
+    return np.choose(band, [_place(pieces, rng.uniform(0.0, 1.0, size=shape)) for pieces in bands])
+
+
 def _place(pieces, u):
     if len(pieces) == 1:
         start, width = pieces[0]
@@ -267,8 +274,8 @@ def old_logprobs_spread(l: np.ndarray, mask: np.ndarray, seed: int, clamp=None) 
 
 
 KL_SPREAD = (-1.0, 1.0)     # x = l_ref - l of a check with the KL term (k3 from 0.0003 to 0.7)
-KL_REACH = 1.0              # the width of the band on either side of a KL clamp's kink
-KL_ROUNDS = 32              # redraws of a token within INSIDE of a kink before the check gives up
+REACH = 1.0                 # the width of the band on either side of a kink (a KL clamp's, an IS bound's, OPSM's delta...)
+ROUNDS = 32                 # redraws of a token (or row) within INSIDE of a kink before the check gives up
 
 
 def _kl_estimate(est, x, w=1.0):
@@ -307,12 +314,12 @@ def _kl_kinks(p: dict) -> list:
     return sorted(set(kinks))
 
 
-def _kl_bands(kinks: list, core: tuple = KL_SPREAD) -> list:
-    """The bands of x for a term with kinks (a KL term's, an IS weight's): ``core``, and KL_REACH wide
+def _bands_around(kinks: list, core: tuple = KL_SPREAD) -> list:
+    """The bands of x for a term with kinks (a KL term's, an IS weight's): ``core``, and REACH wide
     on either side of each kink, with every zone within INSIDE of a kink cut out (a band with less
     than NEAREST left is dropped).  Each a list of pieces (start, width)."""
     zones = [(k - INSIDE, k + INSIDE) for k in kinks]
-    raw = [core] + [q for k in kinks for q in ((k - KL_REACH, k - INSIDE), (k + INSIDE, k + KL_REACH))]
+    raw = [core] + [q for k in kinks for q in ((k - REACH, k - INSIDE), (k + INSIDE, k + REACH))]
     bands = []
     for a, b in raw:
         pieces = [(a, b)]
@@ -341,24 +348,23 @@ def ref_logprobs_spread(l: np.ndarray, mask: np.ndarray, seed: int, params: dict
     """The KL term's reference log-probs l_ref = l + x, rounded to bfloat16 as the old log-probs are
     (0 where masked).  Without KL clamps x is uniform in KL_SPREAD (the corpus's generator keeps l_ref
     within 1/32 of l).  With them (``params``' kl_log_ratio_min/max, kl_output_min/max), x is drawn
-    from the bands of ``_kl_bands`` with equal chance (a uniform u placing it in its band), so that
+    from the bands of ``_bands_around`` with equal chance (a uniform u placing it in its band), so that
     every side of every clamp is reached; a token whose rounded x lies within INSIDE of a kink (a
     clamp's side differs at x +- INSIDE; k3_unbiased's output kinks move with its ratio
-    w = exp(l - old)) is drawn again, up to KL_ROUNDS times."""
+    w = exp(l - old)) is drawn again, up to ROUNDS times."""
     p = {**{q.name: q.default for q in REGISTRY["loss.grpo"].params if q.name.startswith("kl_")}, **(params or {})}
     rng = _stream(seed, 2)
     kinks = _kl_kinks(p)
     if not kinks:
         return _bfloat16_at(mask, l + rng.uniform(*KL_SPREAD, size=l.shape))
-    bands = _kl_bands(kinks)
+    bands = _bands_around(kinks)
     w = np.exp(l - old) if p["kl_estimator"] == "k3_unbiased" and old is not None else 1.0
 
     def draw():
-        band = rng.integers(0, len(bands), size=l.shape)
-        return np.choose(band, [_place(pieces, rng.uniform(0.0, 1.0, size=l.shape)) for pieces in bands])
+        return _draw_from_bands(rng, bands, l.shape)
 
     x = draw()
-    for _ in range(KL_ROUNDS):
+    for _ in range(ROUNDS):
         ref = _bfloat16_at(mask, l + x)
         xr = ref - l
         here = _kl_branch(xr, w, p)
@@ -367,7 +373,7 @@ def ref_logprobs_spread(l: np.ndarray, mask: np.ndarray, seed: int, params: dict
             return ref
         x = np.where(near, draw(), x)
     raise CheckError(f"the KL clamps {_kl_clamps(p)} leave no room for the check's reference log-probs off their "
-                     f"kinks (x = l_ref - l within {INSIDE} of a kink after {KL_ROUNDS} draws)")
+                     f"kinks (x = l_ref - l within {INSIDE} of a kink after {ROUNDS} draws)")
 
 
 def _kl_clamps(p: dict) -> str:
@@ -405,20 +411,19 @@ def _is_branch(u, p: dict):
 def sampler_logprobs_off_the_kinks(old: np.ndarray, mask: np.ndarray, seed: int, params: dict) -> np.ndarray:
     """The sampler's log-probs of a check with an IS weight: l_sampler = l_old - u, rounded to bfloat16
     as the old log-probs are (0 where masked), u drawn so that the level's log-weight (a token's u, a
-    row's sum or mean) lies in IS_SPREAD or within KL_REACH either side of each kink of ``_is_kinks``
-    (the bands of ``_kl_bands``, equal chance), at least INSIDE from every kink after rounding (a
-    token, or a row, that falls nearer is drawn again, up to KL_ROUNDS times).  At the sequence and
+    row's sum or mean) lies in IS_SPREAD or within REACH either side of each kink of ``_is_kinks``
+    (the bands of ``_bands_around``, equal chance), at least INSIDE from every kink after rounding (a
+    token, or a row, that falls nearer is drawn again, up to ROUNDS times).  At the sequence and
     geometric levels each row's log-weight U_i is drawn so and its tokens spread around it:
     u_t = U_i / L_i (sequence; U_i geometric) + z_t - mean z, z uniform in [-BAND, BAND]."""
     p = {**{q.name: q.default for q in REGISTRY["loss.grpo"].params if q.name.startswith("is_")}, **params}
     rng = _stream(seed, 3)
-    bands = _kl_bands(_is_kinks(p), IS_SPREAD)
+    bands = _bands_around(_is_kinks(p), IS_SPREAD)
     level = p["is_level"]
     L = np.maximum(mask.sum(-1, keepdims=True), 1)
 
     def draw(shape):
-        band = rng.integers(0, len(bands), size=shape)
-        return np.choose(band, [_place(pieces, rng.uniform(0.0, 1.0, size=shape)) for pieces in bands])
+        return _draw_from_bands(rng, bands, shape)
 
     def tokens():
         if level == "token":
@@ -429,7 +434,7 @@ def sampler_logprobs_off_the_kinks(old: np.ndarray, mask: np.ndarray, seed: int,
         return (U / L if level == "sequence" else U) + z
 
     u = tokens()
-    for _ in range(KL_ROUNDS):
+    for _ in range(ROUNDS):
         sampler = _bfloat16_at(mask, old - u)
         actual = np.where(mask, old - sampler, 0.0)
         if level != "token":
@@ -442,7 +447,7 @@ def sampler_logprobs_off_the_kinks(old: np.ndarray, mask: np.ndarray, seed: int,
         u = np.where(near, tokens(), u)
     raise CheckError(f"the IS weight's bounds (is_c_min={p['is_c_min']}, is_c_max={p['is_c_max']}, is_log_ratio_clamp="
                      f"{p['is_log_ratio_clamp']}) leave no room for the check's sampler log-probs off their kinks "
-                     f"(a {level} log-weight within {INSIDE} of a kink after {KL_ROUNDS} draws)")
+                     f"(a {level} log-weight within {INSIDE} of a kink after {ROUNDS} draws)")
 
 
 def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, seed: int, params: dict) -> np.ndarray:
@@ -479,23 +484,22 @@ TIE = (2, 3)                 # the ranks j - 2 .. j + 2 about the quantile's tha
 
 def sampler_logprobs_for_opsm(l: np.ndarray, mask: np.ndarray, seed: int, params: dict) -> np.ndarray:
     """The sampler's log-probs of an OPSM check: each row's kappa_i = mean_t (l_sampler - l) in
-    OPSM_SPREAD or within KL_REACH either side of opsm_delta (the bands of ``_kl_bands``, equal
+    OPSM_SPREAD or within REACH either side of opsm_delta (the bands of ``_bands_around``, equal
     chance), its tokens spread around it (l_sampler - l = kappa_i + z_t - mean z, z uniform in
     [-BAND, BAND]), rounded to bfloat16 as the old log-probs are; a row whose kappa then lies within
-    INSIDE of delta is drawn again, up to KL_ROUNDS times."""
+    INSIDE of delta is drawn again, up to ROUNDS times."""
     delta = float(params["opsm_delta"])
     rng = _stream(seed, 5)
-    bands = _kl_bands([delta], OPSM_SPREAD)
+    bands = _bands_around([delta], OPSM_SPREAD)
     L = np.maximum(mask.sum(-1, keepdims=True), 1)
 
     def rows():
-        band = rng.integers(0, len(bands), size=(l.shape[0], 1))
-        kappa = np.choose(band, [_place(pieces, rng.uniform(0.0, 1.0, size=band.shape)) for pieces in bands])
+        kappa = _draw_from_bands(rng, bands, (l.shape[0], 1))
         z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
         return kappa + np.where(mask, z - z.sum(-1, keepdims=True) / L, 0.0)
 
     x = rows()
-    for _ in range(KL_ROUNDS):
+    for _ in range(ROUNDS):
         sampler = _bfloat16_at(mask, l + x)
         kappa = np.where(mask, sampler - l, 0.0).sum(-1, keepdims=True) / L
         near = (np.abs(kappa - delta) < INSIDE) & mask.any(-1, keepdims=True)
@@ -503,7 +507,7 @@ def sampler_logprobs_for_opsm(l: np.ndarray, mask: np.ndarray, seed: int, params
             return sampler
         x = np.where(near, rows(), x)
     raise CheckError(f"opsm_delta={delta} leaves no room for the check's sampler log-probs off its kink "
-                     f"(a row's mean log-ratio within {INSIDE} of it after {KL_ROUNDS} draws)")
+                     f"(a row's mean log-ratio within {INSIDE} of it after {ROUNDS} draws)")
 
 
 def entropy_off_the_quantile(mask: np.ndarray, seed: int, rho) -> np.ndarray:
@@ -537,14 +541,13 @@ def entropy_off_the_quantile(mask: np.ndarray, seed: int, rho) -> np.ndarray:
 
 def sampler_logprobs_for_minirl(l: np.ndarray, mask: np.ndarray, seed: int, params: dict) -> np.ndarray:
     """MiniRL's weight min(exp(l - l_sampler), C) carries no gradient and is continuous in its inputs:
-    l - l_sampler is drawn from IS_SPREAD and, with a cap C, from KL_REACH either side of log C (the
-    bands of ``_kl_bands``, equal chance), so that both sides of the cap are reached; rounded to
+    l - l_sampler is drawn from IS_SPREAD and, with a cap C, from REACH either side of log C (the
+    bands of ``_bands_around``, equal chance), so that both sides of the cap are reached; rounded to
     bfloat16 as the old log-probs are."""
     cap = params["is_cap"]
     rng = _stream(seed, 7)
-    bands = _kl_bands([] if cap is None else [math.log(float(cap))], IS_SPREAD)
-    band = rng.integers(0, len(bands), size=l.shape)
-    v = np.choose(band, [_place(pieces, rng.uniform(0.0, 1.0, size=l.shape)) for pieces in bands])
+    bands = _bands_around([] if cap is None else [math.log(float(cap))], IS_SPREAD)
+    v = _draw_from_bands(rng, bands, l.shape)
     return _bfloat16_at(mask, l - v)
 
 
@@ -567,14 +570,14 @@ def old_logprobs_row_sums(l: np.ndarray, mask: np.ndarray, seed: int) -> np.ndar
 
 def _with_cap_bands(bands: list, eps_low: float, eps_high: float, cap: float) -> tuple:
     """GSPO's bands of the mean log-ratio with its cap c (log_ratio_max): the clip's bands with the zone
-    within INSIDE of c cut out, and KL_REACH wide on either side of c (the clip's zones cut out too),
+    within INSIDE of c cut out, and REACH wide on either side of c (the clip's zones cut out too),
     each piece left a band of its own, of the kind where it lies: above c capped (no path to l), else
     below, inside or above the clip range.  (bands, kinds); a piece narrower than NEAREST is dropped."""
     lo = math.log1p(-eps_low) if eps_low < 1 else -math.inf
     hi = math.log1p(eps_high)
     zones = [(cap - INSIDE, cap + INSIDE)] + [(k - INSIDE, k + INSIDE) for k in (lo, hi) if math.isfinite(k)]
     raw = [[(min(a, a + w), max(a, a + w)) for a, w in band] for band in bands]
-    raw += [[(cap - KL_REACH, cap - INSIDE)], [(cap + INSIDE, cap + KL_REACH)]]
+    raw += [[(cap - REACH, cap - INSIDE)], [(cap + INSIDE, cap + REACH)]]
     out, kinds = [], []
     for k, band in enumerate(raw):
         pieces = band
@@ -1061,7 +1064,9 @@ def _weighted(policy, weights, keep, mask):
             A_p, C_p = A * w, (C + A * _rel(xw, Exw)) * w
         return dp(A_p, C_p) if callable(dp) else (A_p + C_p + A_p * _rel(x, Ex)) * dp.abs()
 
-    inexact = node & (inexact | (~bound & (xw != 0) if w is not None else inexact))
+    if w is not None:           # a product with an IS weight is inexact unless the weight is a bound
+        inexact = inexact | (~bound & (xw != 0))
+    inexact = node & inexact
     return torch.where(node, xw, zero), torch.where(node, Exw, zero), backward, inexact, node
 
 
@@ -1656,7 +1661,8 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
 def _aggregation_args(kind: str, p: dict, tensors: dict) -> dict:
     """What ``_aggregate_scales`` needs beyond the terms for aggregator ``kind`` under parameters ``p``
     (an agg.* formula's, or the loss's that aggregates with it, whose aggregator takes its defaults),
-    as reference.agg computes its denominators: agg.token_mean's N_tok (num_tokens or the token count)
+    as reference.agg computes its denominators (a loss's parameters share no name with its aggregator's
+    but divisor and divide_by, so p.get gives the aggregator's defaults): agg.token_mean's N_tok (num_tokens or the token count)
     + eps; agg.seq_mean_token_sum's N and agg.constant's K or K N (N: num_sequences, or B when
     count_empty_sequences, true in the recipes, else the non-empty rows); agg.sample_mean's D_i
     (sequence_token_counts or L_i), eps_length and N (num_sequences or the rows with D_i > 0, B when
@@ -1668,27 +1674,26 @@ def _aggregation_args(kind: str, p: dict, tensors: dict) -> dict:
     mask = tensors["mask"]
     B = mask.shape[0]
     L = mask.sum(-1)
-    opt = p.get         # a loss's parameters share no name with its aggregator's but divisor and divide_by
 
     def sequences(count_empty):
-        given = opt("num_sequences")
+        given = p.get("num_sequences")
         return given if given is not None else B if count_empty else int((L > 0).sum())
 
     if kind == "agg.token_mean":
-        n_tok = opt("num_tokens")
-        return {"divisor": (int(L.sum()) if n_tok is None else n_tok) + float(opt("eps", 0))}
+        n_tok = p.get("num_tokens")
+        return {"divisor": (int(L.sum()) if n_tok is None else n_tok) + float(p.get("eps", 0))}
     if kind == "agg.seq_mean_token_sum":
-        return {"divisor": sequences(opt("count_empty_sequences", False))}
+        return {"divisor": sequences(p.get("count_empty_sequences", False))}
     if kind == "agg.constant":
         k = float(p["divisor"])
-        return {"divisor": k * sequences(opt("count_empty_sequences", True)) if p["divide_by"] == "K*N" else k}
+        return {"divisor": k * sequences(p.get("count_empty_sequences", True)) if p["divide_by"] == "K*N" else k}
     if kind == "agg.sample_mean":
-        given = opt("sequence_token_counts")
+        given = p.get("sequence_token_counts")
         D = L.double() if given is None else torch.as_tensor(given, dtype=torch.float64, device=mask.device)
-        n = opt("num_sequences")
+        n = p.get("num_sequences")
         if n is None:
-            n = B if opt("count_empty_sequences", False) else int((D > 0).sum())
-        return {"counts": D, "eps_length": float(opt("eps_length", 0)), "n": n + float(opt("eps_count", 0))}
+            n = B if p.get("count_empty_sequences", False) else int((D > 0).sum())
+        return {"counts": D, "eps_length": float(p.get("eps_length", 0)), "n": n + float(p.get("eps_count", 0))}
     if kind == "agg.prompt_mean":
         if "group_ids" not in tensors:
             raise CheckError("the prompt_mean aggregation needs the input 'group_ids' (the prompt group of each "
@@ -1697,16 +1702,16 @@ def _aggregation_args(kind: str, p: dict, tensors: dict) -> dict:
         _, unit = torch.unique(groups, return_inverse=True)
         n_units = int(unit.max()) + 1 if B else 0
         local = torch.zeros(n_units, dtype=torch.float64, device=mask.device).index_add_(0, unit, L.double())
-        given = opt("group_token_counts")
+        given = p.get("group_token_counts")
         D_row = local[unit] if given is None else torch.as_tensor(given, dtype=torch.float64, device=mask.device)
         D = torch.zeros(n_units, dtype=torch.float64, device=mask.device).index_copy_(0, unit, D_row)
-        if opt("step_divisor", "groups") == "sequences":
-            n = opt("num_sequences")
+        if p.get("step_divisor", "groups") == "sequences":
+            n = p.get("num_sequences")
             n = B if n is None else n
         else:
-            n = opt("num_groups")
+            n = p.get("num_groups")
             if n is None:
-                n = n_units if opt("count_empty_groups", False) else int((D > 0).sum())
+                n = n_units if p.get("count_empty_groups", False) else int((D > 0).sum())
         return {"groups": groups, "counts": D_row, "n": n}
     return {}
 

@@ -461,7 +461,7 @@ def test_float_bits_counts_significant_bits():
 def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeypatch):
     """Bands that straddle a kink leave tokens near it after every redraw: the check refuses, naming the
     clamps, rather than judge a branch that rounding decides."""
-    monkeypatch.setattr(check, "_kl_bands", lambda kinks: [[(kinks[0] - 0.01, 0.02)]])
+    monkeypatch.setattr(check, "_bands_around", lambda kinks: [[(kinks[0] - 0.01, 0.02)]])
     with pytest.raises(check.CheckError, match=r"KL clamps kl_output_max=0.3 leave no room .* within 0.15 of a kink"):
         check.check_inputs("loss.grpo", 2, 64, 1, {"kl_estimator": "k1", "kl_output_max": 0.3})
 

@@ -17,6 +17,8 @@ loss half is the vocabulary-of-two construction (construct.py) at the same token
 
 from __future__ import annotations
 
+from pgspec.conformance.check_head_loss import FORMULAS as HEAD_LOSSES   # the token losses a head computes
+
 from .chunked import no_logit_transform, prepare
 
 
@@ -54,6 +56,5 @@ def head_loss(fid):
     return head
 
 
-HEAD_LOSSES = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo")
 HEADS = {"logprob.token": head_logprob}
 FUSED_HEADS = {"logprob.token": head_logprob, **{fid: head_loss(fid) for fid in HEAD_LOSSES}}

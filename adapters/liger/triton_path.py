@@ -18,6 +18,7 @@ import torch
 
 from .chunked import prepare
 from .construct import grad_from_z1, logits_for
+from .head import HEAD_LOSSES
 
 
 def triton_available() -> tuple[bool, str]:
@@ -118,7 +119,7 @@ def _head_loss(fid, hidden, weight, targets, mask, old_logprobs, advantages, par
     return {"loss": loss.detach().to(hidden.device), "grad": {"hidden": g.to(hidden.device)}}
 
 
-HEADS = {fid: head_loss(fid) for fid in ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo")}
+HEADS = {fid: head_loss(fid) for fid in HEAD_LOSSES}
 
 
 IMPLEMENTATIONS = {fid: loss_impl(fid) for fid in (
