@@ -690,6 +690,16 @@ def _rel(value, err):
     return 1 + torch.where(a != 0, err / torch.where(a != 0, a, torch.ones_like(a)), err)
 
 
+def _to_l(dx, x, Ex, A, C):
+    """The cotangent (A_l, C_l) that terms ``x`` (errors ``Ex``) with cotangent (A, C) pass on to l: by
+    their own pass where ``dx`` is one (it returns that pair), else along the one edge dx/dl of each
+    term node (A |dx|, (C + A rel(x)) |dx|).  S(grad l) = A_l + C_l; A_l alone (the sum over paths of
+    |local derivatives|) is what a composite carries on below l (check_head_loss.py)."""
+    if callable(dx):
+        return dx(A, C)
+    return A * dx.abs(), (C + A * _rel(x, Ex)) * dx.abs()
+
+
 def _ppo_terms(l, old, adv, mask, eps_low, eps_high, clamp):
     """The reference's fused ppo_clip_term node at every token: (value x, its rounding E(x), the
     derivative dx/dl (0 for a constant node))."""
@@ -833,9 +843,10 @@ def _sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp):
     zero = torch.zeros_like(x)
 
     def backward(A_x, C_x):
+        # G is a fused node that states its derivative's error (dscale)
         A_G, C_G = A_x * a.abs(), (C_x + A_x * _rel(x, Ex)) * a.abs()
-        g = torch.where(clamped, zero, A_G * slope + C_G * slope + A_G * dscale)
-        return torch.where(mask, g, zero)
+        live = mask & ~clamped
+        return torch.where(live, A_G * slope, zero), torch.where(live, C_G * slope + A_G * dscale, zero)
 
     return torch.where(mask, x, zero), torch.where(mask, Ex, zero), backward
 
@@ -923,22 +934,21 @@ def _kl_terms(l, old, ref, mask, p):
         slope = torch.where(inside, (w * x).abs(), zero if p["kl_sg_ratio_where_clamped"] else y.abs())
 
         def to_l(A, C):
-            return A * slope + (C + A * _rel(y, Ey)) * slope
+            return A * slope, (C + A * _rel(y, Ey)) * slope
     elif est == "k3_straight_through":
         v, Ev, _ = _estimator_nodes("k3", xc, Exc)
         v, Ev, v_kept = _clip_node(v, Ev, p["kl_output_min"], p["kl_output_max"])
         g, Eg, back_g = _k2_nodes(x, x.abs())
         y, Ey = v, v.abs() + Ev + 2 * Eg
 
-        def to_l(A, C):             # the edges of +1 (y to k2(x) - sg[k2(x)], to k2(x)) pass (A, C) on
-            A_x, C_x = back_g(A, C)
-            return A_x + C_x
+        def to_l(A, C):             # the edges of +1 (y to k2(x) - sg[k2(x)], to k2(x)) and -1 (x to l) pass (A, C) on
+            return back_g(A, C)
     else:
         y, Ey, back = _estimator_nodes(est, xc, Exc)
 
-        def to_l(A, C):
+        def to_l(A, C):             # x = l_ref - l: an edge of -1 passes (A, C) on
             A_x, C_x = back(A, C)
-            return torch.where(inside, A_x + C_x, zero)
+            return torch.where(inside, A_x, zero), torch.where(inside, C_x, zero)
     if est in ("k1", "abs"):
         exact = torch.ones_like(mask)
     elif est == "k2":
@@ -952,7 +962,8 @@ def _kl_terms(l, old, ref, mask, p):
         kept, exact = torch.ones_like(mask), exact | ~v_kept
 
     def backward(A, C):
-        return torch.where(mask & kept, to_l(A, C), zero)
+        A_l, C_l = to_l(A, C)
+        return torch.where(mask & kept, A_l, zero), torch.where(mask & kept, C_l, zero)
 
     return torch.where(mask, y, zero), torch.where(mask, Ey, zero), backward, exact
 
@@ -985,11 +996,9 @@ def _with_kl(policy, kl, mask, beta):
 
     def backward(A, C):
         # the term's edges of +1 pass (A, C) on to pg and to kl beta
-        if callable(dp):
-            g = dp(A, C)
-        else:
-            g = (A + C + A * _rel(xp, Ep)) * dp.abs()
-        return torch.where(mask, g + kl_back(A * beta, (C + A * _rel(kb, Ekb)) * beta), zero)
+        A_p, C_p = _to_l(dp, xp, Ep, A, C)
+        A_k, C_k = kl_back(A * beta, (C + A * _rel(kb, Ekb)) * beta)
+        return torch.where(mask, A_p + A_k, zero), torch.where(mask, C_p + C_k, zero)
 
     return x, Ex, backward, mask & ((x != 0) | (kb != 0))
 
@@ -1062,7 +1071,7 @@ def _weighted(policy, weights, keep, mask):
             A_p, C_p = torch.where(node, A, zero), torch.where(node, C, zero)
         else:
             A_p, C_p = A * w, (C + A * _rel(xw, Exw)) * w
-        return dp(A_p, C_p) if callable(dp) else (A_p + C_p + A_p * _rel(x, Ex)) * dp.abs()
+        return _to_l(dp, x, Ex, A_p, C_p)
 
     if w is not None:           # a product with an IS weight is inexact unless the weight is a bound
         inexact = inexact | (~bound & (xw != 0))
@@ -1153,9 +1162,8 @@ def _gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None):
         C_s = paths * (C_p + A_p * rel_p1) * a.abs()
         A_mu, C_mu = A_s * sv, (C_s + A_s * _rel(sv, Es)) * sv
         A_mu, C_mu = torch.where(uncapped, A_mu, 0.0), torch.where(uncapped, C_mu, 0.0)
-        A_l, C_l = A_mu / Ld, (C_mu + A_mu * _rel(mu, Emu)) / Ld
-        g = (A_l + C_l).unsqueeze(-1).expand_as(l)
-        return torch.where(mask, g, torch.zeros_like(g))
+        A_l, C_l = (A_mu / Ld).unsqueeze(-1), ((C_mu + A_mu * _rel(mu, Emu)) / Ld).unsqueeze(-1)
+        return torch.where(mask, A_l, zero), torch.where(mask, C_l, zero)
 
     zero = torch.zeros_like(l)
     xt = torch.where(mask, x.unsqueeze(-1).expand_as(l), zero)
@@ -1214,8 +1222,8 @@ def _gmpo_terms(l, old, adv, mask, eps_low, eps_high):
         A_q, C_q = A_e * e, (C_e + A_e * _rel(e, Ee)) * e
         A_S, C_S = A_q / Ld, (C_q + A_q * _rel(q, Eq)) / Ld
         A_S, C_S = A_S.unsqueeze(-1), C_S.unsqueeze(-1)
-        g = torch.where(inside, A_S + C_S + A_S * rel_z, A_S + C_S)      # the tie's edges of 1/2
-        return torch.where(mask & live, g, zero)
+        C_d = torch.where(inside, C_S + A_S * rel_z, C_S)      # the tie's edges of 1/2
+        return torch.where(mask & live, A_S, zero), torch.where(mask & live, C_d, zero)
 
     xt = torch.where(mask, x.unsqueeze(-1).expand_as(l), zero)
     Ext = torch.where(mask, Ex.unsqueeze(-1).expand_as(l), zero)
@@ -1449,12 +1457,9 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
         if dx is None:          # the terms are the differentiable input itself
             gs = (A_x + C_x).expand_as(x)
             As = A_x.expand_as(x)
-        elif callable(dx):      # terms with their own pass (``_gspo_terms``, ``_sapo_terms``, ``_with_kl``)
-            gs = dx(A_x.expand_as(x), C_x.expand_as(x))
-            As = None
-        else:
-            gs = (A_x + C_x + A_x * _rel(x, Ex)) * dx.abs()
-            As = A_x * dx.abs()
+        else:                   # a pass of its own (``_gspo_terms``, ``_sapo_terms``, ``_with_kl``) or dx/dl
+            As, Cs = _to_l(dx, x, Ex, A_x.expand_as(x), C_x.expand_as(x))
+            gs = As + Cs
         g[sl] = torch.where(mask[sl], gs, torch.zeros_like(gs))
         if split:
             gA[sl] = torch.where(mask[sl], As, torch.zeros_like(As))
