@@ -88,6 +88,8 @@ for d in float32 bfloat16; do
     if [ "$SIZE" != full ]; then vs=2x32; elif [ $d = bfloat16 ]; then vs=4x32768; else vs=2x32768; fi
     vs="${TRITON_VS:-$vs}"
     step "liger-triton-vocab-grpo-$d" "$LIMIT" --formula loss.grpo --param beta=0 --vocab "$V" --shape "$vs" --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
+    # with the KL term (k3, beta = 0.04): the reference log-probs as the kernel's ref_logp
+    step "liger-triton-vocab-kl-grpo-$d" "$LIMIT" --formula loss.grpo --param beta=0.04 --vocab "$V" --shape "$vs" --adapter pgspec.adapters.liger:make_triton_adapter --dtype "$d" --device "$DEV"
 done
 unset TRITON_INTERPRET
 # both dtypes in one step: the float64 oracle (most of the time at V = 151936) is evaluated once for both
@@ -97,6 +99,8 @@ for s in $LPS; do
     step "liger-logprob-$s" "$lim" --formula logprob.token --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
     # LigerFusedLinearGRPOLoss whole at V (conformance/check_head_loss.py): the oracle is the log-prob step's and a loss
     step "liger-fused-vocab-grpo-$s" "$lim" --formula loss.grpo --param beta=0 --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
+    # with the KL term (k3, beta = 0.04: ref_per_token_logps, as TRL passes the reference model's log-probs)
+    step "liger-fused-vocab-kl-grpo-$s" "$lim" --formula loss.grpo --param beta=0.04 --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
 done
 "$PY" - "$OUT" <<'PYEOF' | tee "$OUT/table.md"
 import json, pathlib, sys

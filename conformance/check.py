@@ -905,7 +905,7 @@ def _estimator_nodes(est, x, Ex):
     raise ValueError(est)
 
 
-def _kl_terms(l, old, ref, mask, p):
+def _kl_terms(l, old, ref, mask, p, El=None):
     """The reference's KL term at every token (reference.loss._kl_term with reference.kl): x = l_ref - l
     (an edge of -1 to l, E = |x|), the input clamp clip(x, kl_log_ratio_min, kl_log_ratio_max), the
     estimator ``kl_estimator`` (``_estimator_nodes``; k3_straight_through: sg[the clamped k3] +
@@ -916,13 +916,20 @@ def _kl_terms(l, old, ref, mask, p):
     kl_output_max).  Returns (y, E(y), the pass from y to l, whether y is exact at 64 bits), masked
     positions zero: y is exact where it is a clamp's bound, or k1 or abs (of x = l_ref - l, exact:
     the check's inputs are short), or k2 of an x of at most 32 significant bits (``_float_bits``);
-    elsewhere (an exp) only where it is 0."""
+    elsewhere (an exp) only where it is 0.
+
+    ``El``: the forward errors of l where l is an inner node of a composite (check_head_loss.py; None:
+    an exact input).  Then l's error reaches x by its edge of -1 (E(x) = |x| + E(l)), and the fused
+    k3_unbiased node by its one edge to l (E(l) times its slope, none where the stop-gradient makes
+    it a constant); and every value but 0 and a clamp's bound is inexact (l has all the working
+    precision's bits)."""
     import torch
 
     est = p["kl_estimator"]
     lo, hi = p["kl_log_ratio_min"], p["kl_log_ratio_max"]
     x = ref - l
-    xc, Exc, inside = _clip_node(x, x.abs(), lo, hi)
+    Ex = x.abs() if El is None else x.abs() + El
+    xc, Exc, inside = _clip_node(x, Ex, lo, hi)
     zero = torch.zeros_like(l)
     if est == "k3_unbiased":
         d = l - old
@@ -932,13 +939,15 @@ def _kl_terms(l, old, ref, mask, p):
         y = w * k
         Ey = y.abs() + k.abs() * w * (1 + d.abs()) + w * (torch.exp(xc) + e1.abs() + k.abs() + e1.abs() * xc.abs())
         slope = torch.where(inside, (w * x).abs(), zero if p["kl_sg_ratio_where_clamped"] else y.abs())
+        if El is not None:
+            Ey = Ey + slope * El
 
         def to_l(A, C):
             return A * slope, (C + A * _rel(y, Ey)) * slope
     elif est == "k3_straight_through":
         v, Ev, _ = _estimator_nodes("k3", xc, Exc)
         v, Ev, v_kept = _clip_node(v, Ev, p["kl_output_min"], p["kl_output_max"])
-        g, Eg, back_g = _k2_nodes(x, x.abs())
+        g, Eg, back_g = _k2_nodes(x, Ex)
         y, Ey = v, v.abs() + Ev + 2 * Eg
 
         def to_l(A, C):             # the edges of +1 (y to k2(x) - sg[k2(x)], to k2(x)) and -1 (x to l) pass (A, C) on
@@ -949,7 +958,9 @@ def _kl_terms(l, old, ref, mask, p):
         def to_l(A, C):             # x = l_ref - l: an edge of -1 passes (A, C) on
             A_x, C_x = back(A, C)
             return torch.where(inside, A_x, zero), torch.where(inside, C_x, zero)
-    if est in ("k1", "abs"):
+    if El is not None:
+        exact = y == 0
+    elif est in ("k1", "abs"):
         exact = torch.ones_like(mask)
     elif est == "k2":
         exact = _float_bits(xc) <= 32
@@ -1467,7 +1478,8 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
 
 
 # The options the fused-head composite (check_head_loss.py) has none of, each with the value that turns it off
-_HEAD_OFF = (("beta", (0, 0.0)), ("is_level", ("none",)), ("opsm_delta", (None,)), ("entropy_quantile", (None,)))
+# (the sampler's log-probs and the token entropies are no inputs of a head)
+_HEAD_OFF = (("is_level", ("none",)), ("opsm_delta", (None,)), ("entropy_quantile", (None,)))
 
 
 def _param_off(name: str, off: tuple) -> str:
@@ -1509,7 +1521,7 @@ def oracle_needs(fid: str) -> str:
                if fid in ("loss.dapo", "loss.cispo") else "")
             + "".join(f"; {name} null" for name in LOSS_FIXED_PARAMS.get(fid, ()))
             + ("; ratio_level sequence or token" if fid == "loss.luspo" else "")
-            + ("; with --vocab V [--hidden H] (and beta 0, its IS weight, OPSM and entropy mask off"
+            + ("; with --vocab V [--hidden H] (and its IS weight, OPSM and entropy mask off"
                + (", aggregation token_mean" if fid in ("loss.dapo", "loss.cispo") else "")
                + ") it is checked from hidden states through the adapter's fused head"
                if fid in HEAD_LOSS_FORMULAS else ""))
@@ -1519,7 +1531,7 @@ def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
     """The formula's parameters with defaults, or CheckError where the oracle has no scale for them:
     aggregators at their default parameters; recipes with their OPSM and entropy mask off, any IS
     weight and any KL term (estimator, clamps, aggregation), or with ``head`` (the fused-head
-    composite of check_head_loss.py) neither an IS weight nor a KL term."""
+    composite of check_head_loss.py) no IS weight, OPSM or entropy mask (any KL term)."""
     if formula not in ORACLE_FORMULAS:
         raise CheckError(f"{formula}: no oracle scale; formulas with one: {', '.join(ORACLE_FORMULAS)}")
     f = REGISTRY[formula]
@@ -1560,9 +1572,13 @@ def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
     return p
 
 
-def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> dict:
+def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=None, split: bool = False) -> dict:
     """S of every output and gradient element of ``formula`` on float64 ``tensors``: {"value" or
-    "loss": scalar tensor, "grad.<input>": [B, T]}."""
+    "loss": scalar tensor, "grad.<input>": [B, T]}.
+
+    For a composite that computes a loss's log-probs l (check_head_loss.py): ``El`` [B, T], the forward
+    errors of l (None: l is an exact input), for the token losses of HEAD_LOSS_FORMULAS; ``split``: also
+    "A.logprobs", the A part of S(grad.logprobs) (``_aggregate_scales``)."""
     import torch
 
     p = oracle_params(formula, params)
@@ -1608,6 +1624,14 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
 
             def token_terms(sl):
                 return _ppo_terms(l[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
+        if El is not None:
+            if formula not in HEAD_LOSS_FORMULAS:
+                raise ValueError(f"{formula}: the oracle takes l as an inner node for {HEAD_LOSS_FORMULAS} only")
+            exact_l = token_terms
+
+            def token_terms(sl):        # l enters each fused term node by its one edge dx/dl
+                x, Ex, dx = exact_l(sl)
+                return x, Ex + dx.abs() * El[sl], dx
 
         # the recipe's factor: OPSM's and the entropy mask's 0, else sg[w^IS]
         sampler = tensors["sampler_logprobs"].detach() if "sampler_logprobs" in tensors else None
@@ -1634,20 +1658,21 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
             return got if len(got) >= 4 else (*got, got[0] != 0)
 
         def kl(sl):
-            return _kl_terms(l[sl], old[sl], ref[sl], mask[sl], p)
+            return _kl_terms(l[sl], old[sl], ref[sl], mask[sl], p, None if El is None else El[sl])
+
+        def scales(Ev, g, gA=None):
+            return {"loss": Ev, "grad.logprobs": g, **({"A.logprobs": gA} if split else {})}
 
         if not beta:
-            _, Ev, g = _aggregate_scales(kind, policy, mask, chunk, **args)
-            return {"loss": Ev, "grad.logprobs": g}
+            return scales(*_aggregate_scales(kind, policy, mask, chunk, split, **args)[1:])
         if p["kl_aggregation"] == "policy":         # term = pg + kl beta, with the recipe's aggregator
             def terms(sl):
                 return _with_kl(token_terms(sl), kl(sl), mask[sl], beta)
 
-            _, Ev, g = _aggregate_scales(kind, terms, mask, chunk, **args)
-            return {"loss": Ev, "grad.logprobs": g}
+            return scales(*_aggregate_scales(kind, terms, mask, chunk, split, **args)[1:])
         # separately: loss = Agg(pg) + agg.<kl_aggregation>(kl) beta, a product node (the edge beta) and
         # a sum (edges of +1): the policy's aggregate receives (1, 0), the KL's (beta, rel(kl beta) beta)
-        vp, Ep, gp = _aggregate_scales(kind, policy, mask, chunk, **args)
+        vp, Ep, gp, *Ap = _aggregate_scales(kind, policy, mask, chunk, split, **args)
         product = {}
 
         def root(v, Ev):
@@ -1659,8 +1684,8 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8) -> 
             y, Ey, back, exact = kl(sl)
             return y, Ey, back, ~exact
 
-        _, _, gk = _aggregate_scales(f"agg.{p['kl_aggregation']}", kl_terms, mask, chunk, root=root)
-        return {"loss": (vp + product["value"]).abs() + Ep + product["error"], "grad.logprobs": gp + gk}
+        _, _, gk, *Ak = _aggregate_scales(f"agg.{p['kl_aggregation']}", kl_terms, mask, chunk, split, root=root)
+        return scales((vp + product["value"]).abs() + Ep + product["error"], gp + gk, Ap[0] + Ak[0] if split else None)
 
 
 def _aggregation_args(kind: str, p: dict, tensors: dict) -> dict:
@@ -2105,15 +2130,18 @@ def run_head_loss_checks(adapter, formula, B, T, V, H, dtypes, device, seed, par
     p = oracle_params(formula, params, head=True)
     H, arrays = _seeded_head(B, T, V, H, device, seed)
     head = getattr(adapter, "heads", {}).get(formula)
+    kl = bool(float(p["beta"]))
     results = []
     for dtype in dtypes:
         res = CheckResult(adapter.name, formula, dtype, device, [B, T], seed, "pass", vocab=V, hidden=H, path="head")
         results.append(res)
-        if head is None or dtype not in adapter.dtypes:
+        if head is None or dtype not in adapter.dtypes or (kl and not hl.takes_ref_logprobs(head)):
             res.outcome = "unsupported"
             res.message = (f"{adapter.name} has no fused head for {formula} (adapter.heads[{formula!r}], "
                            f"conformance/check_head_loss.py HEAD_PROTOCOL)" if head is None else
-                           f"{adapter.name} does not run in {dtype}")
+                           f"{adapter.name} does not run in {dtype}" if dtype not in adapter.dtypes else
+                           f"{adapter.name}'s fused head for {formula} takes no ref_logprobs: it has no KL term "
+                           f"(beta={p['beta']}; conformance/check_head_loss.py HEAD_PROTOCOL)")
     if not any(r.outcome == "pass" for r in results):
         return results
     adv = seeded_inputs(formula, B, T, seed)["advantages"]
@@ -2133,9 +2161,10 @@ def run_head_loss_checks(adapter, formula, B, T, V, H, dtypes, device, seed, par
         W = torch.as_tensor(arrays["weight"], device=device).to(tdtype)
         side = getattr(torch, compare.TORCH_DTYPES[hl.side_dtype(res.dtype)])
         old, adv_t = ref["old_logprobs"].to(side), ref["advantages"].to(side)        # exact (float32 values)
+        extra = {"ref_logprobs": ref["ref_logprobs"].to(side)} if kl else {}           # exact (bfloat16 values)
 
         def work():
-            out = head(X, W, y, m, old, adv_t, dict(p))
+            out = head(X, W, y, m, old, adv_t, dict(p), **extra)
             return out["loss"], out["grad"]["hidden"]
 
         got = _timed_adapter_call(res, device, work)

@@ -1,7 +1,8 @@
 """`pgspec check --formula loss.grpo --vocab V`: a token loss from hidden states and an LM head.
 
 The token losses ``FORMULAS`` (GRPO, BNPO, Dr.GRPO, DAPO and CISPO with the batch-pooled token mean),
-each with beta = 0 and its options off.  A fused linear loss (Liger's ``LigerFusedLinearGRPOLoss``,
+with or without their KL term (beta > 0: any estimator, clamps and aggregation), their IS weight, OPSM
+and entropy mask off.  A fused linear loss (Liger's ``LigerFusedLinearGRPOLoss``,
 whose ``loss_type`` picks the loss) takes the hidden states X [B, T, H] and
 the LM head W [V, H], computes the token log-probs l = log softmax(X W^T)_y chunk by chunk, and the
 loss on them, and returns the gradient with respect to X: the log-prob step and the loss arithmetic
@@ -19,19 +20,23 @@ other inputs:
   no ratio lies near a kink of the clip: a kernel's error in l (a few hundredths in bfloat16, whose
   logits are rounded) cannot flip a branch, which no tolerance could judge.  Old log-probs and
   advantages reach the adapter in float32 in a bfloat16 or float16 run (as training frameworks keep
-  them), in the run's dtype otherwise: exact in every case.
+  them), in the run's dtype otherwise: exact in every case;
+- with the KL term, reference log-probs l_ref = l + x, x drawn by ``check.ref_logprobs_spread`` around
+  the oracle's l (off the KL clamps' kinks by 0.15 or more, after the old log-probs: k3_unbiased's
+  kinks move with its ratio), rounded to bfloat16 and passed as the old log-probs are.
 
-The oracle is the composite l -> the loss (beta = 0, recipe options off) in float64: the log-probs,
+The oracle is the composite l -> the loss (with its KL term where beta > 0) in float64: the log-probs,
 E(l), the gradient of l with respect to X and its scales come from ``check_logprob.oracle_chunks``;
 the loss and dloss/dl from the built-in torch backend on l; the loss's scales follow the
 reference's nodes as ``check.oracle_scales`` does for the loss (``check._ppo_terms`` or
-``check._cispo_terms``, and ``check._aggregate_scales``), with two changes that make l an inner node
-of one graph instead of an exact input:
+``check._cispo_terms``, ``check._kl_terms`` and ``check._aggregate_scales``), with two changes that
+make l an inner node of one graph instead of an exact input (``oracle_scales(El=..., split=True)``):
 
 - forward: each token's term node adds |dx/dl| E(l) to its error (E(n) = rounding(n) + sum over
   operands |dn/dp| E(p), reference ``_ad``), so E(l) reaches E(loss) and the relative errors of the
   scale pass (CISPO's weight sg[w] is computed from l's value, a constant, in the reference: it
-  carries no E(l));
+  carries no E(l)); the KL term's x = l_ref - l adds E(l) by its edge of -1, and k3_unbiased's fused
+  node E(l) times its slope; with l inexact, no KL value but 0 or a clamp's bound is exact;
 - backward: the scale pass reaches l with (A_l, C_l), the sum over paths of |local derivatives|
   and the accumulated error of evaluating them.  From there on the pass is linear in that pair, and
   a C-only seed travels as the path sum (the edges below l are +-1 or the products' constant
@@ -43,7 +48,7 @@ composite keeps, for the loss's pass over the whole batch, three float64 [B T, H
 l with respect to X, its scale and its path sum): 24 B T H bytes, three times the hidden states in float64.
 
 ``tests/test_check_head_loss.py`` checks the values and every scale against ``reference._ad`` run on
-the same composite (log_softmax_at of the head's logits into the reference's ``loss.grpo``).
+the same composite (log_softmax_at of the head's logits into the reference's loss, its KL term included).
 """
 
 from __future__ import annotations
@@ -53,11 +58,23 @@ import numpy as np
 FORMULAS = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo")
 
 HEAD_PROTOCOL = """adapter.heads[formula](hidden [B,T,H], weight [V,H], targets [B,T] int64, mask [B,T] bool,
-old_logprobs [B,T], advantages [B], params) -> {"loss": scalar, "grad": {"hidden": [B,T,H]}}: the loss (one of
-loss.grpo, loss.bnpo, loss.dr_grpo, loss.dapo, loss.cispo) on the log-probs log softmax(hidden weight^T)_targets
-(temperature 1), the gradient that of the loss; hidden and weight in the run's dtype, old_logprobs and advantages in
-float32 in a bfloat16 or float16 run, else in the run's dtype; params are the formula's (beta = 0, recipe options off;
-loss.dapo's and loss.cispo's aggregation token_mean)."""
+old_logprobs [B,T], advantages [B], params[, ref_logprobs=[B,T]]) -> {"loss": scalar, "grad": {"hidden": [B,T,H]}}:
+the loss (one of loss.grpo, loss.bnpo, loss.dr_grpo, loss.dapo, loss.cispo) on the log-probs
+log softmax(hidden weight^T)_targets (temperature 1), the gradient that of the loss; hidden and weight in the run's
+dtype, old_logprobs, advantages and ref_logprobs in float32 in a bfloat16 or float16 run, else in the run's dtype;
+params are the formula's (IS weight, OPSM and entropy mask off; loss.dapo's and loss.cispo's aggregation token_mean);
+ref_logprobs, the KL term's reference log-probs, is passed where params' beta > 0, and only then."""
+
+
+def takes_ref_logprobs(head) -> bool:
+    """Whether ``head`` takes the keyword ref_logprobs (a head without it has no KL term to check)."""
+    import inspect
+
+    try:
+        ps = inspect.signature(head).parameters.values()
+    except (TypeError, ValueError):
+        return True         # not introspectable: called, and judged on what it does
+    return any(q.kind == q.VAR_KEYWORD or (q.name == "ref_logprobs" and q.kind != q.POSITIONAL_ONLY) for q in ps)
 
 
 def side_dtype(dtype: str) -> str:
@@ -76,44 +93,32 @@ def old_logprobs(lp: np.ndarray, mask: np.ndarray, seed: int, eps_low: float, ep
     return np.where(mask, lp - rho, 0.0).astype(np.float32).astype(np.float64)
 
 
-def loss_oracle(formula, lp, El, old, adv, mask, params: dict, chunk: int = 8):
+def loss_oracle(formula, lp, El, old, adv, mask, params: dict, chunk: int = 8, ref=None):
     """(loss, dloss/dl [B, T], E(loss), A_l [B, T], C_l [B, T]) of ``formula`` on float64 log-probs
-    ``lp`` [B, T] with forward errors ``El`` [B, T] (tensors on one device)."""
-    import torch
-
+    ``lp`` [B, T] with forward errors ``El`` [B, T] (tensors on one device; ``ref``: the KL term's
+    reference log-probs, where beta > 0)."""
     from . import check, compare, runner
 
     torch_adapter = runner.load_adapter("torch")
     l = lp.detach().clone().requires_grad_(True)
-    tensors = {"logprobs": l, "old_logprobs": old, "advantages": adv, "mask": mask}
+    tensors = {"logprobs": l, "old_logprobs": old, "advantages": adv, "mask": mask,
+               **({} if ref is None else {"ref_logprobs": ref})}
     out, grads = compare.call(torch_adapter, formula, tensors, params)
-    eps_high, clamp = float(params["eps_high"]), params.get("log_ratio_clamp")
-    eps_low = params["eps_low"] if params["eps_low"] is None else float(params["eps_low"])
-    with torch.no_grad():
-        lv = lp.detach()
-
-        def terms(sl):
-            if formula == "loss.cispo":
-                x, Ex, dx = check._cispo_terms(lv[sl], old[sl], adv[sl], mask[sl], params["cap_form"], eps_low,
-                                               eps_high, clamp)
-            else:
-                x, Ex, dx = check._ppo_terms(lv[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
-            return x, Ex + dx.abs() * El[sl], dx, x != 0       # E(l) enters through dx/dl
-
-        kind = check.LOSS_AGGREGATION.get(formula) or f"agg.{params['aggregation']}"
-        _, Ev, S_l, A_l = check._aggregate_scales(kind, terms, mask, chunk, split=True,
-                                                  **check._aggregation_args(kind, params, tensors))
-    return out["loss"].detach(), grads["logprobs"].detach(), Ev, A_l, S_l - A_l
+    sc = check.oracle_scales(formula, tensors, params, chunk, El=El, split=True)
+    S_l, A_l = sc["grad.logprobs"], sc["A.logprobs"]
+    return out["loss"].detach(), grads["logprobs"].detach(), sc["loss"], A_l, S_l - A_l
 
 
-def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, old=None,
+def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, old=None, ref=None,
            chunk_tokens: int | None = None, chunk: int = 8, formula: str = "loss.grpo"):
     """The composite's float64 oracle of ``formula`` on the head ``arrays`` (check_logprob.seeded_head) with
     advantages ``adv`` [B] and old log-probs ``old`` [B, T] (numpy; None: drawn from the oracle's
-    log-probs and ``seed`` by ``old_logprobs``), ``params`` the formula's (check.oracle_params); positions
+    log-probs and ``seed`` by ``old_logprobs``), ``params`` the formula's (check.oracle_params); with
+    beta > 0 the KL term's reference log-probs ``ref`` [B, T] (numpy; None: drawn around the oracle's
+    log-probs by ``check.ref_logprobs_spread``); positions
     ``chunk_tokens`` at a time for the log-prob step, sequences ``chunk`` at a time for the loss's scales:
     {"loss", "E(loss)", "grad.hidden" [N, H], "S(grad.hidden)" [N, H], "old_logprobs" [B, T],
-    "advantages" [B]} (float64 tensors on ``device``; N = B T)."""
+    "advantages" [B], and with beta > 0 "ref_logprobs" [B, T]} (float64 tensors on ``device``; N = B T)."""
     import torch
 
     from . import check_logprob as lp
@@ -134,10 +139,17 @@ def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, 
         old = old_logprobs(lp_all.reshape(B, T).cpu().numpy(), arrays["mask"], seed, *_kinks(params))
     old_t = torch.as_tensor(old, dtype=torch.float64, device=device)
     adv_t = torch.as_tensor(adv, dtype=torch.float64, device=device)
+    ref_t = None
+    if float(params.get("beta") or 0):
+        if ref is None:
+            from .check import ref_logprobs_spread
+
+            ref = ref_logprobs_spread(lp_all.reshape(B, T).cpu().numpy(), arrays["mask"], seed, params, old)
+        ref_t = torch.as_tensor(ref, dtype=torch.float64, device=device)
     loss, g, Ev, A_l, C_l = loss_oracle(formula, lp_all.reshape(B, T), El.reshape(B, T), old_t, adv_t, mask, params,
-                                        chunk)
+                                        chunk, ref_t)
     with torch.no_grad():
         gX = g1.mul_(g.reshape(N, 1))                                   # dloss/dl_t dl_t/dX_t
         SX = S1.mul_(A_l.reshape(N, 1)).add_(P1.mul_(C_l.reshape(N, 1)))
     return {"loss": loss, "E(loss)": Ev, "grad.hidden": gX, "S(grad.hidden)": SX, "old_logprobs": old_t,
-            "advantages": adv_t}
+            "advantages": adv_t, **({} if ref_t is None else {"ref_logprobs": ref_t})}

@@ -140,6 +140,26 @@ def test_fused_linear_loss_passes_the_vocabulary_check_for_every_token_loss(form
         assert r.outputs[1].worst_ratio > 0
 
 
+@pytest.mark.parametrize("formula, params", [("loss.grpo", {"beta": 0.04}),
+                                             ("loss.dapo", {"beta": 0.1, "kl_estimator": "k3_unbiased",
+                                                            "aggregation": "token_mean"})])
+def test_fused_linear_loss_passes_the_vocabulary_check_with_the_kl_term(formula, params):
+    """beta > 0 (Liger's k3, and k3_unbiased: use_bias_correction_kl): LigerFusedLinearGRPOLoss whole gets the
+    reference log-probs as ref_per_token_logps (head.head_loss) at V = 9,000, and passes in bfloat16 and float32;
+    with k2, which Liger does not compute, the check reports it unsupported."""
+    from pgspec.conformance import check
+
+    a = runner.load_adapter("pgspec.adapters.liger:make_fused_adapter")
+    results = check.run_checks(a, formula, 2, 64, dtypes=["bfloat16", "float32"], vocab=9000, params=params)
+    assert [(r.dtype, r.path, r.outcome) for r in results] == [("bfloat16", "head", "pass"), ("float32", "head", "pass")], \
+        [r.message for r in results]
+    for r in results:
+        assert [(o.output, o.failures) for o in r.outputs] == [("loss", 0), ("grad.hidden", 0)]
+        assert r.outputs[1].worst_ratio > 0
+    (r,) = check.run_checks(a, formula, 2, 8, vocab=50, params={**params, "kl_estimator": "k2"})
+    assert r.outcome == "unsupported", r.message
+
+
 def test_luspo_token_level_leaks_padding():
     """Liger's luspo sums the unmasked per-token loss times L_i / (B T): padding enters the loss."""
     from pgspec.adapters.liger import chunked
@@ -167,8 +187,8 @@ needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                   reason="triton is not installed (ci/install-liger.sh VENV --triton)")
 
 
-def _child(code: str, timeout=600, **env):
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+def _child(code: str, *args: str, timeout=600, **env):
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
                          env={**os.environ, **env})
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -247,21 +267,24 @@ def test_triton_adapter_declarations_under_interpreter():
 
 
 TRITON_VOCAB = r"""
-import json
+import json, sys
 from pgspec.conformance import check, runner
 a = runner.load_adapter("pgspec.adapters.liger:make_triton_adapter")
-res = check.run_checks(a, "loss.grpo", 2, 32, dtypes=["bfloat16", "float32"], vocab=9000, params={"beta": 0.0})
+res = check.run_checks(a, "loss.grpo", 2, 32, dtypes=["bfloat16", "float32"], vocab=9000,
+                       params={"beta": float(sys.argv[1])})
 print(json.dumps([[r.dtype, r.path, r.outcome, [[o.output, o.compared, o.failures, o.worst_ratio] for o in r.outputs]]
                   for r in res]))
 """
 
 
 @needs_triton
-def test_triton_kernel_passes_the_vocabulary_check_under_interpreter():
+@pytest.mark.parametrize("beta", ["0", "0.04"])
+def test_triton_kernel_passes_the_vocabulary_check_under_interpreter(beta):
     """`pgspec check --formula loss.grpo --vocab 9000` through triton_grpo_loss on the logits of the linear head
     (triton_path.head_loss): the kernel's loop over the vocabulary in blocks of 4,096 (three blocks here),
-    forward and backward, in bfloat16 and float32 logits, against the composite float64 oracle."""
-    r = _child(TRITON_VOCAB, TRITON_INTERPRET="1")
+    forward and backward, in bfloat16 and float32 logits, against the composite float64 oracle; without the KL
+    term and with it (the reference log-probs as the kernel's ref_logp)."""
+    r = _child(TRITON_VOCAB, beta, TRITON_INTERPRET="1")
     assert [row[:3] for row in r] == [["bfloat16", "head", "pass"], ["float32", "head", "pass"]]
     for row in r:
         (lo, ln, lf, lw), (go, gn, gf, gw) = row[3]

@@ -757,8 +757,10 @@ def test_logprob_check_usage_errors():
      r"--param: loss.bnpo: parameter 'kl_log_ratio_min' must be less than 'kl_log_ratio_max', got kl_log_ratio_min=1"),
     ("loss.grpo", {"params": {"kl_output_min": 3, "kl_output_max": 3}}, r"'kl_output_min' must be less than 'kl_output_max'"),
     ("loss.grpo", {"params": {"kl_estimator": "k9"}}, r"--param: loss.grpo: parameter 'kl_estimator'"),
-    ("loss.grpo", {"params": {"kl_aggregation": "sample_mean"}, "vocab": 100},
-     r"options off \(beta=0.04\) from hidden states \(--vocab\); give --param beta=0"),  # the fused-head composite has no KL term
+    # the fused-head composite has the KL term, validated as without --vocab
+    ("loss.grpo", {"params": {"kl_log_ratio_min": 1, "kl_log_ratio_max": -1}, "vocab": 100},
+     r"--param: loss.grpo: parameter 'kl_log_ratio_min' must be less than 'kl_log_ratio_max'"),
+    ("loss.grpo", {"params": {"kl_estimator": "k9"}, "vocab": 100}, r"--param: loss.grpo: parameter 'kl_estimator'"),
     ("loss.grpo", {"params": {"beta": 0, "is_level": "token"}, "vocab": 100},
      r"options off \(is_level='token'\) from hidden states \(--vocab\); give --param is_level=none"),      # nor an IS weight
     ("agg.constant", {}, r"--param: agg.constant: parameter 'divisor' is required"),

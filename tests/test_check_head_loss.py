@@ -12,10 +12,10 @@ from pgspec.conformance import check, check_head_loss, check_logprob, runner
 from pgspec.reference import REGISTRY
 
 
-def _reference(arrays, old, adv, params, formula="loss.grpo"):
+def _reference(arrays, old, adv, params, formula="loss.grpo", ref=None):
     """(loss, E(loss), dloss/dX [N, H], S(dloss/dX) [N, H]) of l = log_softmax_at(total_h(X_h W_vh)) into
-    the reference's ``formula``, by reference._ad (old log-probs and advantages tracked as exact inputs,
-    as the generator tracks every real input)."""
+    the reference's ``formula``, by reference._ad (old log-probs, advantages and the KL term's reference
+    log-probs ``ref`` tracked as exact inputs, as the generator tracks every real input)."""
     from mpmath import mp, mpf
 
     from pgspec.reference import _ad
@@ -31,8 +31,10 @@ def _reference(arrays, old, adv, params, formula="loss.grpo"):
                               int(y[b, t]), mpf(1), mpf(1)) if m[b, t] else None for t in range(T)] for b in range(B)]
         olds = [[_ad.Var(mpf(float(old[b, t]))) if m[b, t] else None for t in range(T)] for b in range(B)]
         advs = [_ad.Var(mpf(float(a))) for a in adv]
+        refs = None if ref is None else \
+            [[_ad.Var(mpf(float(ref[b, t]))) if m[b, t] else None for t in range(T)] for b in range(B)]
         raw = f.func(logprobs=ls, old_logprobs=olds, mask=m.tolist(), advantages=advs, sampler_logprobs=None,
-                     ref_logprobs=None, group_ids=None, entropy=None, **check_params(f, params))
+                     ref_logprobs=refs, group_ids=None, entropy=None, **check_params(f, params))
         leaves = [x for b in range(B) for t in range(T) if m[b, t] for x in xs[b][t]]
         E, S = _ad.error_scales(raw["loss"], leaves)
         d = _ad.backward(raw["loss"])
@@ -76,19 +78,55 @@ def test_composite_scales_equal_reference_ad(formula, given):
     assert o["S(grad.hidden)"].numpy() == pytest.approx(scale, rel=1e-9, abs=1e-300)
 
 
-def _torch_head(scale=1.0, formulas=("loss.grpo",)):
+@pytest.mark.parametrize("formula, given", [
+    ("loss.grpo", {"beta": 0.04}),
+    ("loss.bnpo", {"beta": 0.1, "kl_estimator": "k1"}),
+    ("loss.dr_grpo", {"beta": 0.1, "kl_estimator": "k2", "divisor": 7}),
+    ("loss.grpo", {"beta": 0.5, "kl_estimator": "abs"}),
+    ("loss.grpo", {"beta": 0.1, "kl_estimator": "k3", "kl_log_ratio_min": -0.4, "kl_log_ratio_max": 0.3,
+                   "kl_output_max": 0.05}),
+    ("loss.grpo", {"beta": 0.1, "kl_estimator": "k3_straight_through", "kl_output_max": 0.05}),
+    ("loss.dapo", {"beta": 0.2, "kl_estimator": "k3_unbiased", "aggregation": "token_mean"}),
+    ("loss.grpo", {"beta": 0.2, "kl_estimator": "k3_unbiased", "kl_log_ratio_max": 0.3,
+                   "kl_sg_ratio_where_clamped": False}),
+    ("loss.grpo", {"beta": 0.2, "kl_estimator": "k3_unbiased", "kl_log_ratio_max": 0.3}),
+    ("loss.cispo", {"beta": 0.1, "aggregation": "token_mean", "kl_aggregation": "token_mean"}),
+    ("loss.grpo", {"beta": 0.1, "kl_estimator": "k1", "kl_aggregation": "sample_mean"})])
+def test_composite_scales_with_the_kl_term_equal_reference_ad(formula, given):
+    """With the KL term, l reaches the loss by two paths (the policy's term and the KL's): the composite's
+    values and every scale equal reference._ad's, for each estimator, with clamps on either side of
+    their kinks, the stop-gradient switch of k3_unbiased, and the KL aggregated inside the policy's
+    aggregation or separately."""
+    arrays = check_logprob.seeded_head(3, 5, 11, 5, seed=6)
+    adv = np.array([0.75, -0.5, 1.25])
+    params = check.oracle_params(formula, given, head=True)
+    o = check_head_loss.oracle(arrays, adv, params, seed=3, formula=formula)
+    old, ref = o["old_logprobs"].numpy(), o["ref_logprobs"].numpy()
+    assert (ref == ref.astype(np.float32)).all() and (ref[~arrays["mask"]] == 0).all()
+    assert not arrays["mask"].all()
+    loss, E, grad, scale = _reference(arrays, old, adv, given, formula, ref)
+    assert float(o["loss"]) == pytest.approx(loss, rel=1e-13)
+    assert float(o["E(loss)"]) == pytest.approx(E, rel=1e-9)
+    assert o["grad.hidden"].numpy() == pytest.approx(grad, rel=1e-12, abs=1e-300)
+    assert o["S(grad.hidden)"].numpy() == pytest.approx(scale, rel=1e-9, abs=1e-300)
+
+
+def _torch_head(scale=1.0, formulas=("loss.grpo",), kl_params=None):
     """A head made of the torch backend's own formulas in the run's dtype: logits X W^T, logprob.token, the loss
-    (``scale`` multiplies the loss, to make a wrong one)."""
+    (``scale`` multiplies the loss, to make a wrong one; ``kl_params`` replace the check's parameters, to make a
+    wrong KL term)."""
     torch_adapter = runner.load_adapter("torch")
 
     def make(fid):
-        def head(hidden, weight, targets, mask, old_logprobs, advantages, params):
+        def head(hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs=None):
             x = hidden.detach().requires_grad_(True)
+            inputs = {"old_logprobs": old_logprobs, "advantages": advantages, "mask": mask}
+            if ref_logprobs is not None:
+                inputs["ref_logprobs"] = ref_logprobs.to(hidden.dtype)
             with torch.enable_grad():
                 l = torch_adapter.call("logprob.token", {"logits": x @ weight.T, "targets": targets, "mask": mask},
                                        {})["logprobs"]
-                loss = torch_adapter.call(fid, {"logprobs": l, "old_logprobs": old_logprobs, "advantages": advantages,
-                                                "mask": mask}, params)["loss"] * scale
+                loss = torch_adapter.call(fid, {"logprobs": l, **inputs}, {**params, **(kl_params or {})})["loss"] * scale
                 (g,) = torch.autograd.grad(loss, [x])
             return {"loss": loss.detach(), "grad": {"hidden": g}}
         return head
@@ -137,8 +175,10 @@ def test_usage_and_unsupported():
     torch_adapter = runner.load_adapter("torch")
     (r,) = check.run_checks(torch_adapter, "loss.grpo", 2, 8, vocab=50, params={"beta": 0.0})
     assert r.outcome == "unsupported" and "no fused head for loss.grpo" in r.message
-    with pytest.raises(check.CheckError, match="beta"):
-        check.run_checks(_torch_head(), "loss.grpo", 2, 8, vocab=50, params={"beta": 0.04})
+    with pytest.raises(check.CheckError, match=r"options off \(is_level='token'\).*--param is_level=none"):
+        check.run_checks(_torch_head(), "loss.grpo", 2, 8, vocab=50, params={"is_level": "token"})
+    with pytest.raises(check.CheckError, match=r"options off \(opsm_delta=0.1\).*--param opsm_delta=null"):
+        check.run_checks(_torch_head(), "loss.grpo", 2, 8, vocab=50, params={"opsm_delta": 0.1})
     with pytest.raises(check.CheckError, match="--vocab applies to"):
         check.run_checks(torch_adapter, "loss.gspo", 2, 8, vocab=50)
     with pytest.raises(check.CheckError, match=r"batch-pooled token mean .*give --param aggregation=token_mean"):
@@ -164,3 +204,31 @@ def test_old_logprobs_keep_every_ratio_away_from_the_clip(eps_low, eps_high):
     assert (rho[below] <= lo - 0.25 + 1e-5).all() and (rho[above] >= hi + 0.25 - 1e-5).all()
     d = np.minimum(rho[inside] - lo, hi - rho[inside])
     assert (d >= min(0.15, (hi - lo) / 2) - 1e-5).all()
+
+
+@pytest.mark.parametrize("formula, params, wrong", [
+    ("loss.grpo", {"beta": 0.04}, {"kl_estimator": "k2"}),
+    ("loss.grpo", {"beta": 0.1, "kl_log_ratio_min": -0.3, "kl_log_ratio_max": 0.3}, {"kl_log_ratio_min": None}),
+    ("loss.dapo", {"beta": 0.1, "kl_estimator": "k3_unbiased", "aggregation": "token_mean"}, {"kl_estimator": "k3"}),
+    ("loss.bnpo", {"beta": 0.1, "kl_aggregation": "sample_mean"}, {"kl_aggregation": "policy"})])
+def test_a_head_with_the_kl_term_passes_and_a_wrong_kl_term_is_caught(formula, params, wrong):
+    """beta > 0: the head gets the KL term's reference log-probs (exact in bfloat16, passed in float32 in a
+    bfloat16 run) and is judged on its loss and gradient; the same head with another estimator, without
+    a clamp, or aggregating the KL elsewhere fails in float32."""
+    results = check.run_checks(_torch_head(formulas=(formula,)), formula, 3, 40, dtypes=["bfloat16", "float32"],
+                               vocab=700, hidden=16, params=params)
+    assert [(r.dtype, r.outcome) for r in results] == [("bfloat16", "pass"), ("float32", "pass")], \
+        [r.message for r in results]
+    (r,) = check.run_checks(_torch_head(formulas=(formula,), kl_params=wrong), formula, 3, 40, dtypes=["float32"],
+                            vocab=700, hidden=16, params=params)
+    assert r.outcome == "fail" and r.outputs[1].failures > 0
+
+
+def test_a_head_without_ref_logprobs_is_unsupported_with_the_kl_term():
+    def head(hidden, weight, targets, mask, old_logprobs, advantages, params):
+        raise AssertionError("not called")
+
+    a = Adapter("no-kl-head", "test", "0", implementations={})
+    a.heads = {"loss.grpo": head}
+    (r,) = check.run_checks(a, "loss.grpo", 2, 8, vocab=50, params={"beta": 0.04})
+    assert r.outcome == "unsupported" and "takes no ref_logprobs" in r.message
