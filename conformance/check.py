@@ -700,6 +700,17 @@ def _to_l(dx, x, Ex, A, C):
     return A * dx.abs(), (C + A * _rel(x, Ex)) * dx.abs()
 
 
+def _pick(cond, yes, no):
+    """The float64 ``yes`` where ``cond`` holds, else ``no`` (parameters as binary64: torch.where of two
+    Python numbers would round them to float32, the default dtype)."""
+    import torch
+
+    def f64(v):
+        return torch.tensor(float(v), dtype=torch.float64, device=cond.device)
+
+    return torch.where(cond, f64(yes), f64(no))
+
+
 def _ppo_terms(l, old, adv, mask, eps_low, eps_high, clamp):
     """The reference's fused ppo_clip_term node at every token: (value x, its rounding E(x), the
     derivative dx/dl (0 for a constant node))."""
@@ -777,8 +788,8 @@ def _vespo_terms(l, old, adv, mask, p):
     s, Es = d.sum(-1), _depth(mask.sum(-1)) * absd + Ed.sum(-1)
     z, Ez, _ = _clip_node(s, Es, math.log(float(p["min_weight"])), p["max_log_weight"])
     pos = adv >= 0
-    k = torch.where(pos, float(p["k_pos"]), float(p["k_neg"]))
-    lam = torch.clamp(torch.where(pos, float(p["lambda_pos"]), float(p["lambda_neg"])), min=float(p["lambda_min"]))
+    k = _pick(pos, p["k_pos"], p["k_neg"])
+    lam = torch.clamp(_pick(pos, p["lambda_pos"], p["lambda_neg"]), min=float(p["lambda_min"]))
     w = torch.exp(z)
     phi = torch.exp(k * z - lam * torch.expm1(z))
     slope = phi * (k - lam * w)
@@ -830,7 +841,7 @@ def _sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp):
     clamped = torch.zeros_like(mask) if clamp is None else d.abs() > float(clamp)
     if clamp is not None:
         d = torch.clamp(d, -float(clamp), float(clamp))
-    tau = torch.where(a > 0, float(tau_pos), float(tau_neg))
+    tau = _pick(a > 0, tau_pos, tau_neg)
     xg = tau * torch.expm1(d)
     p, q = torch.sigmoid(xg), torch.sigmoid(-xg)
     r = torch.exp(d)
