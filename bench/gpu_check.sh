@@ -5,7 +5,7 @@
 # (`LigerFusedLinearPPOBase.chunk_forward`, adapters/liger/head.py) and TRL's chunked log-prob kernel
 # (`_ChunkedLogProbFunction`), both logprob.token through a linear head of exact logits at V = 151936
 # (conformance/check_logprob.py), and the whole losses from hidden states and the head at V
-# (`loss.grpo --vocab`, conformance/check_head_loss.py: LigerFusedLinearGRPOLoss, and triton_grpo_loss on
+# (`loss.grpo --vocab`, with its KL term too, `loss.gspo` and `loss.sapo --vocab`; conformance/check_head_loss.py: LigerFusedLinearGRPOLoss, and triton_grpo_loss on
 # the head's logits), each in float32 and bfloat16 against the float64 oracle.
 # At 256 x 32768 a log-prob step's oracle alone takes about 470 s on an H100 and 320 s on an H200.
 #
@@ -101,6 +101,9 @@ for s in $LPS; do
     step "liger-fused-vocab-grpo-$s" "$lim" --formula loss.grpo --param beta=0 --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
     # with the KL term (k3, beta = 0.04: ref_per_token_logps, as TRL passes the reference model's log-probs)
     step "liger-fused-vocab-kl-grpo-$s" "$lim" --formula loss.grpo --param beta=0.04 --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
+    # the sequence-level GSPO (importance_sampling_level="sequence") and SAPO, from hidden states
+    step "liger-fused-vocab-gspo-$s" "$lim" --formula loss.gspo --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
+    step "liger-fused-vocab-sapo-$s" "$lim" --formula loss.sapo --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
 done
 "$PY" - "$OUT" <<'PYEOF' | tee "$OUT/table.md"
 import json, pathlib, sys

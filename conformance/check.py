@@ -829,9 +829,10 @@ def _minirl_terms(l, old, sampler, adv, mask, p):
             node & (x != 0), node)
 
 
-def _sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp):
-    """The reference's SAPO nodes at every token (reference.loss.sapo): d = l - l_old (E = |d|; a
-    clamped d is the bound, which carries |c|, with no path to l), the fused gate node
+def _sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp, El=None):
+    """The reference's SAPO nodes at every token (reference.loss.sapo): d = l - l_old (E = |d|, and
+    E(l) by its edge of +1 where l is an inner node with errors ``El``; a clamped d is the bound,
+    which carries |c|, with no path to l), the fused gate node
     G = 4 sigma(tau (e^d - 1)) / tau (its slope 4 sigma(x) sigma(-x) e^d and its stated dscale,
     reference.surrogate.sapo_gate), -A (E = |A|), x = G (-A): (x, E(x), the gradient pass from x)."""
     import torch
@@ -848,7 +849,8 @@ def _sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp):
     G = 4 * p / tau
     slope = 4 * p * q * r
     dscale = 4 * r * p * (1 + q * (tau * (r + (r - 1).abs()) + xg.abs() + 4))
-    EG = G + slope * d.abs()
+    Ed = d.abs() if El is None else torch.where(clamped, d.abs(), d.abs() + El)
+    EG = G + slope * Ed
     x = -a * G
     Ex = x.abs() + a.abs() * EG + G * a.abs()
     zero = torch.zeros_like(x)
@@ -1137,13 +1139,14 @@ def entropy_keep(entropy, mask, rho):
     return entropy >= q
 
 
-def _gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None):
+def _gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None, El=None):
     """The reference's GSPO nodes of each sequence (reference.loss._gspo_seq, no per-token clamp), its
     loss x_i repeated at each unmasked token: (x [rows, T], E(x), the gradient pass from the term
     nodes, whether each term is inexact).
 
     The nodes: mu = mean_log_ratio (one node: rounding (depth(L) sum|d| + sum|d|)/L + |mu|,
-    derivative 1/L to each l_t), its cap clip(mu, None, log_ratio_max) (a capped mean is the bound:
+    derivative 1/L to each l_t, so where l is an inner node with errors ``El`` E(mu) also has
+    sum_t E(l_t) / L), its cap clip(mu, None, log_ratio_max) (a capped mean is the bound:
     E = |bound|, no path to l), s = exp(mu), -A (a node of the input A: E = |A|), p1 = s (-A),
     clip(s, lo, hi) (s itself inside; else the bound, which carries |bound|), p2 = clip(s) (-A),
     x = max(p1, p2): a tie inside the clip range (half the cotangent to each), p1 where the
@@ -1157,6 +1160,8 @@ def _gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None):
     absd = d.abs().sum(-1)
     mu = d.sum(-1) / Ld
     Emu = (_depth(L) * absd + absd) / Ld + mu.abs()
+    if El is not None:
+        Emu = Emu + torch.where(mask, El, torch.zeros_like(El)).sum(-1) / Ld
     mu, Emu, uncapped = _clip_node(mu, Emu, None, log_ratio_max)
     sv = torch.exp(mu)
     Es = sv + sv * Emu
@@ -1609,9 +1614,15 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
             return {"value": Ev, "grad.values": g}
         l, old, adv = (tensors[k].detach() for k in ("logprobs", "old_logprobs", "advantages"))
         clamp = p.get("log_ratio_clamp")
+        if El is not None and formula not in HEAD_LOSS_FORMULAS:
+            raise ValueError(f"{formula}: the oracle takes l as an inner node for {HEAD_LOSS_FORMULAS} only")
+
+        def El_of(sl):
+            return None if El is None else El[sl]
+
         if formula == "loss.sapo":
             def token_terms(sl):
-                return _sapo_terms(l[sl], old[sl], adv[sl], mask[sl], p["tau_pos"], p["tau_neg"], clamp)
+                return _sapo_terms(l[sl], old[sl], adv[sl], mask[sl], p["tau_pos"], p["tau_neg"], clamp, El_of(sl))
         elif formula == "loss.vespo":
             def token_terms(sl):
                 return _vespo_terms(l[sl], old[sl], adv[sl], mask[sl], p)
@@ -1625,7 +1636,8 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
                 return _minirl_terms(l[sl], old[sl], sampler_l[sl], adv[sl], mask[sl], p)
         elif _sequence_level(formula, p):
             def token_terms(sl):
-                return _gspo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"], p.get("log_ratio_max"))
+                return _gspo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"], p.get("log_ratio_max"),
+                                   El_of(sl))
         elif formula == "loss.cispo":
             def token_terms(sl):
                 return _cispo_terms(l[sl], old[sl], adv[sl], mask[sl], p["cap_form"], p["eps_low"], p["eps_high"],
@@ -1635,12 +1647,10 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
 
             def token_terms(sl):
                 return _ppo_terms(l[sl], old[sl], adv[sl], mask[sl], eps_low, eps_high, clamp)
-        if El is not None:
-            if formula not in HEAD_LOSS_FORMULAS:
-                raise ValueError(f"{formula}: the oracle takes l as an inner node for {HEAD_LOSS_FORMULAS} only")
+        if El is not None and formula != "loss.sapo" and not _sequence_level(formula, p):
             exact_l = token_terms
 
-            def token_terms(sl):        # l enters each fused term node by its one edge dx/dl
+            def token_terms(sl):        # l enters each fused term node (PPO's, CISPO's) by its one edge dx/dl
                 x, Ex, dx = exact_l(sl)
                 return x, Ex + dx.abs() * El[sl], dx
 
@@ -1669,7 +1679,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
             return got if len(got) >= 4 else (*got, got[0] != 0)
 
         def kl(sl):
-            return _kl_terms(l[sl], old[sl], ref[sl], mask[sl], p, None if El is None else El[sl])
+            return _kl_terms(l[sl], old[sl], ref[sl], mask[sl], p, El_of(sl))
 
         def scales(Ev, g, gA=None):
             return {"loss": Ev, "grad.logprobs": g, **({"A.logprobs": gA} if split else {})}

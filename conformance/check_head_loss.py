@@ -1,7 +1,7 @@
 """`pgspec check --formula loss.grpo --vocab V`: a token loss from hidden states and an LM head.
 
-The token losses ``FORMULAS`` (GRPO, BNPO, Dr.GRPO, DAPO and CISPO with the batch-pooled token mean),
-with or without their KL term (beta > 0: any estimator, clamps and aggregation), their IS weight, OPSM
+The losses ``FORMULAS`` (GRPO, BNPO, Dr.GRPO, DAPO and CISPO with the batch-pooled token mean, and the
+sequence-level GSPO and LUSPO, and SAPO), with or without their KL term (beta > 0: any estimator, clamps and aggregation), their IS weight, OPSM
 and entropy mask off.  A fused linear loss (Liger's ``LigerFusedLinearGRPOLoss``,
 whose ``loss_type`` picks the loss) takes the hidden states X [B, T, H] and
 the LM head W [V, H], computes the token log-probs l = log softmax(X W^T)_y chunk by chunk, and the
@@ -18,7 +18,10 @@ other inputs:
   above log(1 + eps_high) (with a log-ratio clamp c, away from +-c too; see check.py for narrow or
   one-sided clip ranges).  So a third of the tokens is clipped on either side and a third is not, and
   no ratio lies near a kink of the clip: a kernel's error in l (a few hundredths in bfloat16, whose
-  logits are rounded) cannot flip a branch, which no tolerance could judge.  Old log-probs and
+  logits are rounded) cannot flip a branch, which no tolerance could judge.  A sequence-level loss
+  (GSPO, LUSPO at ratio_level 'sequence') has each row's mean log-ratio so placed instead
+  (``check.old_logprobs_per_sequence``), SAPO's smooth gate a wide spread of ratios
+  (``check.old_logprobs_spread``), each as the check without --vocab draws them around the input l.  Old log-probs and
   advantages reach the adapter in float32 in a bfloat16 or float16 run (as training frameworks keep
   them), in the run's dtype otherwise: exact in every case;
 - with the KL term, reference log-probs l_ref = l + x, x drawn by ``check.ref_logprobs_spread`` around
@@ -29,13 +32,15 @@ The oracle is the composite l -> the loss (with its KL term where beta > 0) in f
 E(l), the gradient of l with respect to X and its scales come from ``check_logprob.oracle_chunks``;
 the loss and dloss/dl from the built-in torch backend on l; the loss's scales follow the
 reference's nodes as ``check.oracle_scales`` does for the loss (``check._ppo_terms`` or
-``check._cispo_terms``, ``check._kl_terms`` and ``check._aggregate_scales``), with two changes that
-make l an inner node of one graph instead of an exact input (``oracle_scales(El=..., split=True)``):
+``check._cispo_terms``, ``check._gspo_terms``, ``check._sapo_terms``, ``check._kl_terms`` and
+``check._aggregate_scales``), with two changes that make l an inner node of one graph instead of an
+exact input (``oracle_scales(El=..., split=True)``):
 
 - forward: each token's term node adds |dx/dl| E(l) to its error (E(n) = rounding(n) + sum over
   operands |dn/dp| E(p), reference ``_ad``), so E(l) reaches E(loss) and the relative errors of the
   scale pass (CISPO's weight sg[w] is computed from l's value, a constant, in the reference: it
-  carries no E(l)); the KL term's x = l_ref - l adds E(l) by its edge of -1, and k3_unbiased's fused
+  carries no E(l)); GSPO's mean log-ratio node adds sum_t E(l_t) / L by its edges of 1/L, SAPO's
+  d = l - l_old E(l) by its edge of +1; the KL term's x = l_ref - l adds E(l) by its edge of -1, and k3_unbiased's fused
   node E(l) times its slope; with l inexact, no KL value but 0 or a clamp's bound is exact;
 - backward: the scale pass reaches l with (A_l, C_l), the sum over paths of |local derivatives|
   and the accumulated error of evaluating them.  From there on the pass is linear in that pair, and
@@ -55,11 +60,11 @@ from __future__ import annotations
 
 import numpy as np
 
-FORMULAS = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo")
+FORMULAS = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "loss.luspo", "loss.sapo")
 
 HEAD_PROTOCOL = """adapter.heads[formula](hidden [B,T,H], weight [V,H], targets [B,T] int64, mask [B,T] bool,
 old_logprobs [B,T], advantages [B], params[, ref_logprobs=[B,T]]) -> {"loss": scalar, "grad": {"hidden": [B,T,H]}}:
-the loss (one of loss.grpo, loss.bnpo, loss.dr_grpo, loss.dapo, loss.cispo) on the log-probs
+the loss (one of loss.grpo, loss.bnpo, loss.dr_grpo, loss.dapo, loss.cispo, loss.gspo, loss.luspo, loss.sapo) on the log-probs
 log softmax(hidden weight^T)_targets (temperature 1), the gradient that of the loss; hidden and weight in the run's
 dtype, old_logprobs, advantages and ref_logprobs in float32 in a bfloat16 or float16 run, else in the run's dtype;
 params are the formula's (IS weight, OPSM and entropy mask off; loss.dapo's and loss.cispo's aggregation token_mean);
@@ -80,6 +85,19 @@ def takes_ref_logprobs(head) -> bool:
 def side_dtype(dtype: str) -> str:
     """The dtype of the old log-probs and advantages in a run of ``dtype``."""
     return "float32" if dtype in ("bfloat16", "float16") else dtype
+
+
+def old_logprobs_for(formula: str, lp: np.ndarray, mask: np.ndarray, adv: np.ndarray, seed: int, params: dict):
+    """The old log-probs of a check of ``formula`` around the oracle's log-probs ``lp`` (float64 arrays,
+    exact in float32): per sequence for a sequence-level loss, spread for SAPO, else per token about the
+    clip's (or the truncation's) kinks (``old_logprobs``)."""
+    from . import check
+
+    if formula == "loss.sapo":
+        return check.old_logprobs_spread(lp, mask, seed, params.get("log_ratio_clamp"))
+    if check._sequence_level(formula, params):
+        return check.old_logprobs_per_sequence(lp, mask, adv, seed, params)
+    return old_logprobs(lp, mask, seed, *check._kinks(params))
 
 
 def old_logprobs(lp: np.ndarray, mask: np.ndarray, seed: int, eps_low: float, eps_high: float,
@@ -113,7 +131,7 @@ def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, 
            chunk_tokens: int | None = None, chunk: int = 8, formula: str = "loss.grpo"):
     """The composite's float64 oracle of ``formula`` on the head ``arrays`` (check_logprob.seeded_head) with
     advantages ``adv`` [B] and old log-probs ``old`` [B, T] (numpy; None: drawn from the oracle's
-    log-probs and ``seed`` by ``old_logprobs``), ``params`` the formula's (check.oracle_params); with
+    log-probs and ``seed`` by ``old_logprobs_for``), ``params`` the formula's (check.oracle_params); with
     beta > 0 the KL term's reference log-probs ``ref`` [B, T] (numpy; None: drawn around the oracle's
     log-probs by ``check.ref_logprobs_spread``); positions
     ``chunk_tokens`` at a time for the log-prob step, sequences ``chunk`` at a time for the loss's scales:
@@ -134,9 +152,8 @@ def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, 
         lp_all[sl], El[sl], g1[sl], S1[sl], P1[sl] = l_c, E_c, g_c, S_c, P_c
     mask = torch.as_tensor(arrays["mask"], device=device)
     if old is None:
-        from .check import _kinks
-
-        old = old_logprobs(lp_all.reshape(B, T).cpu().numpy(), arrays["mask"], seed, *_kinks(params))
+        old = old_logprobs_for(formula, lp_all.reshape(B, T).cpu().numpy(), arrays["mask"], np.asarray(adv), seed,
+                               params)
     old_t = torch.as_tensor(old, dtype=torch.float64, device=device)
     adv_t = torch.as_tensor(adv, dtype=torch.float64, device=device)
     ref_t = None

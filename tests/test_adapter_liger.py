@@ -125,11 +125,14 @@ def test_fused_linear_grpo_loss_passes_the_vocabulary_check():
 
 @pytest.mark.parametrize("formula, params", [("loss.bnpo", {}), ("loss.dr_grpo", {"divisor": 96}),
                                              ("loss.dapo", {"aggregation": "token_mean"}),
-                                             ("loss.cispo", {"aggregation": "token_mean"})])
+                                             ("loss.cispo", {"aggregation": "token_mean"}),
+                                             ("loss.gspo", {}), ("loss.gspo", {"beta": 0.04}), ("loss.luspo", {}),
+                                             ("loss.sapo", {}), ("loss.sapo", {"beta": 0.04})])
 def test_fused_linear_loss_passes_the_vocabulary_check_for_every_token_loss(formula, params):
-    """The other token losses through LigerFusedLinearGRPOLoss whole (its loss_type from the formula,
-    head.head_loss): hidden states and LM head in at V = 9,000, bfloat16 and float32 pass against the
-    composite float64 oracle (check_head_loss.py)."""
+    """The other losses through LigerFusedLinearGRPOLoss whole (its loss_type and importance_sampling_level
+    from the formula, head.head_loss): hidden states and LM head in at V = 9,000, bfloat16 and float32 pass
+    against the composite float64 oracle (check_head_loss.py), the sequence-level GSPO and LUSPO and SAPO
+    with their KL term too."""
     from pgspec.conformance import check
 
     a = runner.load_adapter("pgspec.adapters.liger:make_fused_adapter")
@@ -158,6 +161,17 @@ def test_fused_linear_loss_passes_the_vocabulary_check_with_the_kl_term(formula,
         assert r.outputs[1].worst_ratio > 0
     (r,) = check.run_checks(a, formula, 2, 8, vocab=50, params={**params, "kl_estimator": "k2"})
     assert r.outcome == "unsupported", r.message
+
+
+def test_fused_linear_luspo_at_token_level_is_the_declared_bug_from_hidden_states():
+    """LUSPO at token level from hidden states fails as Liger's declared bug (deviations.toml: padding enters
+    the loss), and the check reports it so: a known bug, not an unexpected failure."""
+    from pgspec.conformance import check
+
+    a = runner.load_adapter("pgspec.adapters.liger:make_fused_adapter")
+    results = check.run_checks(a, "loss.luspo", 3, 64, dtypes=["float32"], vocab=9000, params={"ratio_level": "token"})
+    assert [(r.dtype, r.outcome) for r in results] == [("float32", "bug")]
+    assert results[0].outputs[0].failures == 1
 
 
 def test_luspo_token_level_leaks_padding():
@@ -270,21 +284,22 @@ TRITON_VOCAB = r"""
 import json, sys
 from pgspec.conformance import check, runner
 a = runner.load_adapter("pgspec.adapters.liger:make_triton_adapter")
-res = check.run_checks(a, "loss.grpo", 2, 32, dtypes=["bfloat16", "float32"], vocab=9000,
-                       params={"beta": float(sys.argv[1])})
+res = check.run_checks(a, sys.argv[1], 2, 32, dtypes=["bfloat16", "float32"], vocab=9000,
+                       params=json.loads(sys.argv[2]))
 print(json.dumps([[r.dtype, r.path, r.outcome, [[o.output, o.compared, o.failures, o.worst_ratio] for o in r.outputs]]
                   for r in res]))
 """
 
 
 @needs_triton
-@pytest.mark.parametrize("beta", ["0", "0.04"])
-def test_triton_kernel_passes_the_vocabulary_check_under_interpreter(beta):
+@pytest.mark.parametrize("formula, params", [("loss.grpo", '{"beta": 0}'), ("loss.grpo", '{"beta": 0.04}'),
+                                             ("loss.gspo", '{"beta": 0.04}'), ("loss.sapo", '{"beta": 0.04}')])
+def test_triton_kernel_passes_the_vocabulary_check_under_interpreter(formula, params):
     """`pgspec check --formula loss.grpo --vocab 9000` through triton_grpo_loss on the logits of the linear head
     (triton_path.head_loss): the kernel's loop over the vocabulary in blocks of 4,096 (three blocks here),
     forward and backward, in bfloat16 and float32 logits, against the composite float64 oracle; without the KL
-    term and with it (the reference log-probs as the kernel's ref_logp)."""
-    r = _child(TRITON_VOCAB, beta, TRITON_INTERPRET="1")
+    term and with it (the reference log-probs as the kernel's ref_logp), and GSPO (sequence level) and SAPO."""
+    r = _child(TRITON_VOCAB, formula, params, TRITON_INTERPRET="1")
     assert [row[:3] for row in r] == [["bfloat16", "head", "pass"], ["float32", "head", "pass"]]
     for row in r:
         (lo, ln, lf, lw), (go, gn, gf, gw) = row[3]

@@ -111,6 +111,30 @@ def test_composite_scales_with_the_kl_term_equal_reference_ad(formula, given):
     assert o["S(grad.hidden)"].numpy() == pytest.approx(scale, rel=1e-9, abs=1e-300)
 
 
+@pytest.mark.parametrize("formula, given", [
+    ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.1, "eps_high": 0.15, "beta": 0.1}),
+    ("loss.gspo", {"log_ratio_max": 0.1}),
+    ("loss.luspo", {}), ("loss.luspo", {"ratio_level": "token", "beta": 0.05, "kl_estimator": "k3_unbiased"}),
+    ("loss.sapo", {}), ("loss.sapo", {"log_ratio_clamp": 0.5, "beta": 0.2, "kl_estimator": "k2"})])
+def test_composite_scales_of_the_sequence_losses_and_sapo_equal_reference_ad(formula, given):
+    """GSPO's and LUSPO's sequence ratio (its mean log-ratio a node with an edge of 1/L to each l_t, the
+    rows placed below, inside and above the clip range and beyond GSPO's cap) and SAPO's gate (l - l_old
+    an edge of +1; clamped tokens with no path): the composite's values and every scale equal
+    reference._ad's, with and without the KL term."""
+    arrays = check_logprob.seeded_head(4, 5, 11, 5, seed=7)
+    adv = np.array([0.75, -0.5, 1.25, -1.0])
+    params = check.oracle_params(formula, {"beta": 0.0, **given}, head=True)
+    o = check_head_loss.oracle(arrays, adv, params, seed=3, formula=formula)
+    old = o["old_logprobs"].numpy()
+    ref = o["ref_logprobs"].numpy() if "ref_logprobs" in o else None
+    assert (old == old.astype(np.float32)).all() and not arrays["mask"].all()
+    loss, E, grad, scale = _reference(arrays, old, adv, {"beta": 0.0, **given}, formula, ref)
+    assert float(o["loss"]) == pytest.approx(loss, rel=1e-13)
+    assert float(o["E(loss)"]) == pytest.approx(E, rel=1e-9)
+    assert o["grad.hidden"].numpy() == pytest.approx(grad, rel=1e-12, abs=1e-300)
+    assert o["S(grad.hidden)"].numpy() == pytest.approx(scale, rel=1e-9, abs=1e-300)
+
+
 def _torch_head(scale=1.0, formulas=("loss.grpo",), kl_params=None):
     """A head made of the torch backend's own formulas in the run's dtype: logits X W^T, logprob.token, the loss
     (``scale`` multiplies the loss, to make a wrong one; ``kl_params`` replace the check's parameters, to make a
@@ -138,7 +162,8 @@ def _torch_head(scale=1.0, formulas=("loss.grpo",), kl_params=None):
 
 @pytest.mark.parametrize("formula, params", [("loss.bnpo", {}), ("loss.dr_grpo", {"divisor": 512}),
                                              ("loss.dapo", {"aggregation": "token_mean"}),
-                                             ("loss.cispo", {"aggregation": "token_mean"})])
+                                             ("loss.cispo", {"aggregation": "token_mean"}),
+                                             ("loss.gspo", {}), ("loss.luspo", {}), ("loss.sapo", {"beta": 0.1})])
 def test_every_head_loss_passes_a_correct_head_and_catches_a_wrong_one(formula, params):
     results = check.run_checks(_torch_head(formulas=(formula,)), formula, 3, 40, dtypes=["bfloat16", "float32"],
                                vocab=700, hidden=16, params=params)
@@ -180,7 +205,7 @@ def test_usage_and_unsupported():
     with pytest.raises(check.CheckError, match=r"options off \(opsm_delta=0.1\).*--param opsm_delta=null"):
         check.run_checks(_torch_head(), "loss.grpo", 2, 8, vocab=50, params={"opsm_delta": 0.1})
     with pytest.raises(check.CheckError, match="--vocab applies to"):
-        check.run_checks(torch_adapter, "loss.gspo", 2, 8, vocab=50)
+        check.run_checks(torch_adapter, "loss.vespo", 2, 8, vocab=50)
     with pytest.raises(check.CheckError, match=r"batch-pooled token mean .*give --param aggregation=token_mean"):
         check.run_checks(_torch_head(formulas=("loss.dapo",)), "loss.dapo", 2, 8, vocab=50)
 
