@@ -768,7 +768,7 @@ def _cispo_terms(l, old, adv, mask, cap_form, eps_low, eps_high, clamp):
     return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
 
 
-def _vespo_terms(l, old, adv, mask, p):
+def _vespo_terms(l, old, adv, mask, p, inexact_l=False):
     """The reference's VESPO nodes (reference.loss.vespo, reference.surrogate.vespo_log_weight and
     vespo_phi; no sampler log-probs): per row, s = a sum node over sg[clip(d_t, -c, c)] (d_t = l_t -
     l_old, E = |d|; a clamped d is the bound, E = c; its short exact terms leave no residue), log w =
@@ -776,16 +776,21 @@ def _vespo_terms(l, old, adv, mask, p):
     node vespo_phi (its stated rounding |phi| (1 + |k z| + |lam + k z| + |lam + k z - lam w| + 2 |lam w|
     + |k|), z = log w, and the slope phi (k - lam w) carrying E(log w)), (k, lam) by the sign of A
     (A >= 0: the positive pair), lam at least lambda_min; then at every token CISPO's nodes
-    m = -sg[phi] A (E = |m| + |A| (phi + E(phi))), x = l m (E = |x| + |l| E(m), dx/dl = m)."""
+    m = -sg[phi] A (E = |m| + |A| (phi + E(phi))), x = l m (E = |x| + |l| E(m), dx/dl = m).
+    ``inexact_l``: l is an inner node of a composite (check_head_loss.py), whose value has all the
+    working precision's bits, so a row's sum s with an unclamped term of two or more leaves a residue."""
     import torch
 
     zero = torch.zeros_like(l)
     d = torch.where(mask, l - old, zero)
     c = p["log_ratio_clamp"]
-    d, Ed, _ = _clip_node(d, d.abs(), None if c is None else -float(c), c)
+    d, Ed, unclamped = _clip_node(d, d.abs(), None if c is None else -float(c), c)
     d, Ed = torch.where(mask, d, zero), torch.where(mask, Ed, zero)
     absd = d.abs().sum(-1)
-    s, Es = d.sum(-1), _depth(mask.sum(-1)) * absd + Ed.sum(-1)
+    k = mask.sum(-1)
+    if inexact_l:
+        k = k + ((k >= 2) & (mask & unclamped).any(-1)).long()
+    s, Es = d.sum(-1), _depth(k) * absd + Ed.sum(-1)
     z, Ez, _ = _clip_node(s, Es, math.log(float(p["min_weight"])), p["max_log_weight"])
     pos = adv >= 0
     k = _pick(pos, p["k_pos"], p["k_neg"])
@@ -1625,7 +1630,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
                 return _sapo_terms(l[sl], old[sl], adv[sl], mask[sl], p["tau_pos"], p["tau_neg"], clamp, El_of(sl))
         elif formula == "loss.vespo":
             def token_terms(sl):
-                return _vespo_terms(l[sl], old[sl], adv[sl], mask[sl], p)
+                return _vespo_terms(l[sl], old[sl], adv[sl], mask[sl], p, El is not None)
         elif formula == "loss.gmpo":
             def token_terms(sl):
                 return _gmpo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"])
@@ -1650,7 +1655,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
         if El is not None and formula != "loss.sapo" and not _sequence_level(formula, p):
             exact_l = token_terms
 
-            def token_terms(sl):        # l enters each fused term node (PPO's, CISPO's) by its one edge dx/dl
+            def token_terms(sl):        # l enters each term node (PPO's, CISPO's and VESPO's x) by its one edge dx/dl
                 x, Ex, dx = exact_l(sl)
                 return x, Ex + dx.abs() * El[sl], dx
 

@@ -1,7 +1,7 @@
 """`pgspec check --formula loss.grpo --vocab V`: a token loss from hidden states and an LM head.
 
 The losses ``FORMULAS`` (GRPO, BNPO, Dr.GRPO, DAPO and CISPO with the batch-pooled token mean, and the
-sequence-level GSPO and LUSPO, and SAPO), with or without their KL term (beta > 0: any estimator, clamps and aggregation), their IS weight, OPSM
+sequence-level GSPO and LUSPO, SAPO, and VESPO without sampler log-probs), with or without their KL term (beta > 0: any estimator, clamps and aggregation), their IS weight, OPSM
 and entropy mask off.  A fused linear loss (Liger's ``LigerFusedLinearGRPOLoss``,
 whose ``loss_type`` picks the loss) takes the hidden states X [B, T, H] and
 the LM head W [V, H], computes the token log-probs l = log softmax(X W^T)_y chunk by chunk, and the
@@ -21,7 +21,8 @@ other inputs:
   logits are rounded) cannot flip a branch, which no tolerance could judge.  A sequence-level loss
   (GSPO, LUSPO at ratio_level 'sequence') has each row's mean log-ratio so placed instead
   (``check.old_logprobs_per_sequence``), SAPO's smooth gate a wide spread of ratios
-  (``check.old_logprobs_spread``), each as the check without --vocab draws them around the input l.  Old log-probs and
+  (``check.old_logprobs_spread``), VESPO's row sums spread (``check.old_logprobs_row_sums``), each as
+  the check without --vocab draws them around the input l.  Old log-probs and
   advantages reach the adapter in float32 in a bfloat16 or float16 run (as training frameworks keep
   them), in the run's dtype otherwise: exact in every case;
 - with the KL term, reference log-probs l_ref = l + x, x drawn by ``check.ref_logprobs_spread`` around
@@ -39,7 +40,7 @@ exact input (``oracle_scales(El=..., split=True)``):
 - forward: each token's term node adds |dx/dl| E(l) to its error (E(n) = rounding(n) + sum over
   operands |dn/dp| E(p), reference ``_ad``), so E(l) reaches E(loss) and the relative errors of the
   scale pass (CISPO's weight sg[w] is computed from l's value, a constant, in the reference: it
-  carries no E(l)); GSPO's mean log-ratio node adds sum_t E(l_t) / L by its edges of 1/L, SAPO's
+  carries no E(l), nor does VESPO's phi, computed from l's value); GSPO's mean log-ratio node adds sum_t E(l_t) / L by its edges of 1/L, SAPO's
   d = l - l_old E(l) by its edge of +1; the KL term's x = l_ref - l adds E(l) by its edge of -1, and k3_unbiased's fused
   node E(l) times its slope; with l inexact, no KL value but 0 or a clamp's bound is exact;
 - backward: the scale pass reaches l with (A_l, C_l), the sum over paths of |local derivatives|
@@ -60,11 +61,13 @@ from __future__ import annotations
 
 import numpy as np
 
-FORMULAS = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "loss.luspo", "loss.sapo")
+FORMULAS = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "loss.luspo", "loss.sapo",
+            "loss.vespo")
 
 HEAD_PROTOCOL = """adapter.heads[formula](hidden [B,T,H], weight [V,H], targets [B,T] int64, mask [B,T] bool,
 old_logprobs [B,T], advantages [B], params[, ref_logprobs=[B,T]]) -> {"loss": scalar, "grad": {"hidden": [B,T,H]}}:
-the loss (one of loss.grpo, loss.bnpo, loss.dr_grpo, loss.dapo, loss.cispo, loss.gspo, loss.luspo, loss.sapo) on the log-probs
+the loss (one of loss.grpo, loss.bnpo, loss.dr_grpo, loss.dapo, loss.cispo, loss.gspo, loss.luspo, loss.sapo,
+loss.vespo) on the log-probs
 log softmax(hidden weight^T)_targets (temperature 1), the gradient that of the loss; hidden and weight in the run's
 dtype, old_logprobs, advantages and ref_logprobs in float32 in a bfloat16 or float16 run, else in the run's dtype;
 params are the formula's (IS weight, OPSM and entropy mask off; loss.dapo's and loss.cispo's aggregation token_mean);
@@ -89,12 +92,14 @@ def side_dtype(dtype: str) -> str:
 
 def old_logprobs_for(formula: str, lp: np.ndarray, mask: np.ndarray, adv: np.ndarray, seed: int, params: dict):
     """The old log-probs of a check of ``formula`` around the oracle's log-probs ``lp`` (float64 arrays,
-    exact in float32): per sequence for a sequence-level loss, spread for SAPO, else per token about the
+    exact in float32): per sequence for a sequence-level loss, spread for SAPO, VESPO's row sums spread, else per token about the
     clip's (or the truncation's) kinks (``old_logprobs``)."""
     from . import check
 
     if formula == "loss.sapo":
         return check.old_logprobs_spread(lp, mask, seed, params.get("log_ratio_clamp"))
+    if formula == "loss.vespo":
+        return check.old_logprobs_row_sums(lp, mask, seed)
     if check._sequence_level(formula, params):
         return check.old_logprobs_per_sequence(lp, mask, adv, seed, params)
     return old_logprobs(lp, mask, seed, *check._kinks(params))

@@ -127,12 +127,12 @@ def test_fused_linear_grpo_loss_passes_the_vocabulary_check():
                                              ("loss.dapo", {"aggregation": "token_mean"}),
                                              ("loss.cispo", {"aggregation": "token_mean"}),
                                              ("loss.gspo", {}), ("loss.gspo", {"beta": 0.04}), ("loss.luspo", {}),
-                                             ("loss.sapo", {}), ("loss.sapo", {"beta": 0.04})])
+                                             ("loss.sapo", {}), ("loss.sapo", {"beta": 0.04}), ("loss.vespo", {})])
 def test_fused_linear_loss_passes_the_vocabulary_check_for_every_token_loss(formula, params):
     """The other losses through LigerFusedLinearGRPOLoss whole (its loss_type and importance_sampling_level
     from the formula, head.head_loss): hidden states and LM head in at V = 9,000, bfloat16 and float32 pass
     against the composite float64 oracle (check_head_loss.py), the sequence-level GSPO and LUSPO and SAPO
-    with their KL term too."""
+    with their KL term too, and VESPO (no sampler log-probs: vllm_is_ratio None)."""
     from pgspec.conformance import check
 
     a = runner.load_adapter("pgspec.adapters.liger:make_fused_adapter")
@@ -293,12 +293,13 @@ print(json.dumps([[r.dtype, r.path, r.outcome, [[o.output, o.compared, o.failure
 
 @needs_triton
 @pytest.mark.parametrize("formula, params", [("loss.grpo", '{"beta": 0}'), ("loss.grpo", '{"beta": 0.04}'),
-                                             ("loss.gspo", '{"beta": 0.04}'), ("loss.sapo", '{"beta": 0.04}')])
+                                             ("loss.gspo", '{"beta": 0.04}'), ("loss.sapo", '{"beta": 0.04}'),
+                                             ("loss.vespo", '{}')])
 def test_triton_kernel_passes_the_vocabulary_check_under_interpreter(formula, params):
     """`pgspec check --formula loss.grpo --vocab 9000` through triton_grpo_loss on the logits of the linear head
     (triton_path.head_loss): the kernel's loop over the vocabulary in blocks of 4,096 (three blocks here),
     forward and backward, in bfloat16 and float32 logits, against the composite float64 oracle; without the KL
-    term and with it (the reference log-probs as the kernel's ref_logp), and GSPO (sequence level) and SAPO."""
+    term and with it (the reference log-probs as the kernel's ref_logp), GSPO (sequence level), SAPO and VESPO."""
     r = _child(TRITON_VOCAB, formula, params, TRITON_INTERPRET="1")
     assert [row[:3] for row in r] == [["bfloat16", "head", "pass"], ["float32", "head", "pass"]]
     for row in r:

@@ -730,9 +730,9 @@ def test_logprob_check_usage_errors():
     with pytest.raises(check.CheckError, match="softcap"):
         check.run_check(adapter, "logprob.token", 2, 8, vocab=10, params={"softcap": 30.0})
     with pytest.raises(check.CheckError, match="--vocab applies to logprob.token, loss.grpo, loss.bnpo, loss.dr_grpo, "
-                                               "loss.dapo, loss.cispo, loss.gspo, loss.luspo, loss.sapo only, not to "
-                                               "loss.vespo"):
-        check.run_check(adapter, "loss.vespo", 2, 8, vocab=10)
+                                               "loss.dapo, loss.cispo, loss.gspo, loss.luspo, loss.sapo, loss.vespo only, "
+                                               "not to loss.gmpo"):
+        check.run_check(adapter, "loss.gmpo", 2, 8, vocab=10)
     with pytest.raises(check.CheckError, match=">= 2"):
         check.run_check(adapter, "logprob.token", 2, 8, vocab=1)
 
@@ -788,7 +788,7 @@ def test_logprob_check_usage_errors():
      r"--param: loss.grpo: at least one of the parameters 'is_c_min' and 'is_c_max' must be set"),
     ("loss.grpo", {"params": {"beta": 0}, "hidden": 16}, r"--hidden is the width of the linear head of a check with --vocab"),
     ("agg.token_mean", {"hidden": 16}, r"--hidden applies to logprob.token, loss.grpo, loss.bnpo, loss.dr_grpo, "
-                                       r"loss.dapo, loss.cispo, loss.gspo, loss.luspo, loss.sapo \(with --vocab\) only"),
+                                       r"loss.dapo, loss.cispo, loss.gspo, loss.luspo, loss.sapo, loss.vespo \(with --vocab\) only"),
     ("loss.grpo", {"params": {"beta": 0}, "vocab": 100, "hidden": 0}, r"--hidden must be an integer >= 1, got 0"),
 ])
 def test_bad_arguments_are_usage_errors_naming_the_argument(formula, kw, match):

@@ -115,7 +115,8 @@ def test_composite_scales_with_the_kl_term_equal_reference_ad(formula, given):
     ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.1, "eps_high": 0.15, "beta": 0.1}),
     ("loss.gspo", {"log_ratio_max": 0.1}),
     ("loss.luspo", {}), ("loss.luspo", {"ratio_level": "token", "beta": 0.05, "kl_estimator": "k3_unbiased"}),
-    ("loss.sapo", {}), ("loss.sapo", {"log_ratio_clamp": 0.5, "beta": 0.2, "kl_estimator": "k2"})])
+    ("loss.sapo", {}), ("loss.sapo", {"log_ratio_clamp": 0.5, "beta": 0.2, "kl_estimator": "k2"}),
+    ("loss.vespo", {}), ("loss.vespo", {"k_neg": 3.0, "lambda_pos": 0.5, "beta": 0.1})])
 def test_composite_scales_of_the_sequence_losses_and_sapo_equal_reference_ad(formula, given):
     """GSPO's and LUSPO's sequence ratio (its mean log-ratio a node with an edge of 1/L to each l_t, the
     rows placed below, inside and above the clip range and beyond GSPO's cap) and SAPO's gate (l - l_old
@@ -163,7 +164,8 @@ def _torch_head(scale=1.0, formulas=("loss.grpo",), kl_params=None):
 @pytest.mark.parametrize("formula, params", [("loss.bnpo", {}), ("loss.dr_grpo", {"divisor": 512}),
                                              ("loss.dapo", {"aggregation": "token_mean"}),
                                              ("loss.cispo", {"aggregation": "token_mean"}),
-                                             ("loss.gspo", {}), ("loss.luspo", {}), ("loss.sapo", {"beta": 0.1})])
+                                             ("loss.gspo", {}), ("loss.luspo", {}), ("loss.sapo", {"beta": 0.1}),
+                                             ("loss.vespo", {})])
 def test_every_head_loss_passes_a_correct_head_and_catches_a_wrong_one(formula, params):
     results = check.run_checks(_torch_head(formulas=(formula,)), formula, 3, 40, dtypes=["bfloat16", "float32"],
                                vocab=700, hidden=16, params=params)
@@ -205,7 +207,7 @@ def test_usage_and_unsupported():
     with pytest.raises(check.CheckError, match=r"options off \(opsm_delta=0.1\).*--param opsm_delta=null"):
         check.run_checks(_torch_head(), "loss.grpo", 2, 8, vocab=50, params={"opsm_delta": 0.1})
     with pytest.raises(check.CheckError, match="--vocab applies to"):
-        check.run_checks(torch_adapter, "loss.vespo", 2, 8, vocab=50)
+        check.run_checks(torch_adapter, "loss.gmpo", 2, 8, vocab=50)
     with pytest.raises(check.CheckError, match=r"batch-pooled token mean .*give --param aggregation=token_mean"):
         check.run_checks(_torch_head(formulas=("loss.dapo",)), "loss.dapo", 2, 8, vocab=50)
 
