@@ -52,8 +52,6 @@ LOSS_AGGREGATION = {"loss.grpo": "agg.sample_mean", "loss.bnpo": "agg.token_mean
                     "loss.gspo": "agg.sample_mean", "loss.sapo": "agg.sample_mean",
                     "loss.luspo": "agg.seq_mean_token_sum", "loss.vespo": "agg.token_mean",
                     "loss.gmpo": "agg.sample_mean", "loss.minirl": "agg.seq_mean_token_sum"}
-# Parameters a loss's oracle covers only at their defaults (beyond the recipe options)
-LOSS_FIXED_PARAMS = {"loss.gspo": ("log_ratio_clamp",)}
 # The parameters an aggregator's oracle takes at any value; the others at their defaults only
 AGG_FREE_PARAMS = {"agg.token_mean": ("num_tokens", "eps"),
                    "agg.sample_mean": ("num_sequences", "sequence_token_counts", "count_empty_sequences", "eps_length",
@@ -458,7 +456,11 @@ def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, 
     rounds them (which moves a row's mean by at most half a bfloat16 step of its largest |old|, far
     less than GAP).  Even rows take a band where the loss has a gradient for their advantage (the
     unclipped branch: inside, below for A > 0, above for A < 0), odd rows one where it has none (the
-    clipped constant), so a check of one sequence judges a gradient and a larger one judges both."""
+    clipped constant), so a check of one sequence judges a gradient and a larger one judges both.
+
+    With GSPO's per-token clamp c (log_ratio_clamp: each l - old clamped to [-c, c] before the mean),
+    ``_clamped_outliers`` sets pairs of each row's tokens beyond +-c instead; the other tokens carry
+    the row's mean."""
     bands = _clip_bands(float(params["eps_low"]), float(params["eps_high"]))
     below = float(params["eps_low"]) < 1                # a band below the clip range (first), above it (last)
     kinds = ["below"] * below + ["inside"] * (len(bands) - 1 - below) + ["above"]
@@ -472,9 +474,45 @@ def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, 
         live = {"below": a > 0, "inside": True, "above": a < 0, "capped": False}
         want = [k for k, kind in enumerate(kinds) if live[kind] == (i % 2 == 0)] or list(range(len(kinds)))
         mu[i] = _place(bands[want[int(pick[i] * len(want))]], u[i:i + 1])[0]
+    clamp = params.get("log_ratio_clamp")
+    if clamp is not None:
+        return _clamped_outliers(l, mask, mu, rng, float(clamp))
     z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
     z = np.where(mask, z - z.sum(-1, keepdims=True) / np.maximum(mask.sum(-1, keepdims=True), 1), 0.0)
     return _bfloat16_at(mask, l - (mu[:, None] + z))
+
+
+OUTLIERS = 16       # a pair of clamped tokens for every OUTLIERS of a row's tokens (at least one pair in a row of 4)
+
+
+def _clamped_outliers(l: np.ndarray, mask: np.ndarray, mu: np.ndarray, rng, c: float) -> np.ndarray:
+    """Old log-probs for GSPO with its per-token clamp c whose rows' clamped mean log-ratios are ``mu``:
+    in a row of L >= 4 tokens, K = 2 max(1, L // OUTLIERS) tokens (at random) get log-ratios
+    +-(c + GAP + U(0, BAND)), half on either side, so they are clamped to +-c and their clamped values
+    cancel exactly; the other L - K carry the mean, rho = mu L / (L - K) + z - mean z (z uniform in
+    [-BAND, BAND]).  Rounded to bfloat16 (``_bfloat16_at``); every token must then lie at least INSIDE
+    from +-c, else the clamp leaves the rows' means no room (CheckError naming it)."""
+    rho = np.zeros(l.shape)
+    out = np.zeros(l.shape, dtype=bool)
+    for i in range(l.shape[0]):
+        ts = np.flatnonzero(mask[i])
+        L = len(ts)
+        K = 2 * max(1, L // OUTLIERS) if L >= 4 else 0
+        pick = rng.permutation(ts)[:K]
+        side = np.where(np.arange(K) % 2 == 0, 1.0, -1.0)
+        rho[i, pick] = side * (c + GAP + rng.uniform(0, BAND, size=K))
+        out[i, pick] = True
+        live = np.setdiff1d(ts, pick)
+        z = rng.uniform(-BAND, BAND, size=len(live))
+        rho[i, live] = mu[i] * L / max(len(live), 1) + z - (z.mean() if len(live) else 0.0)
+    old = _bfloat16_at(mask, l - rho)
+    rho = np.where(mask, l - old, 0.0)
+    near = mask & (np.abs(np.abs(rho) - c) < INSIDE)
+    if near.any() or (mask & ~out & (np.abs(rho) > c)).any():
+        raise CheckError(f"log_ratio_clamp={c} leaves no room for the check's sequence log-ratios: a row's mean "
+                         f"(up to {float(np.abs(mu).max()):.3g}) must be carried by tokens at least {INSIDE} inside "
+                         f"+-{c}; give a larger clamp (or null)")
+    return old
 
 
 OPSM_SPREAD = (-1.0, 1.0)   # kappa_i = mean_t (l_sampler - l) of an OPSM check, besides the bands around its delta
@@ -1144,14 +1182,18 @@ def entropy_keep(entropy, mask, rho):
     return entropy >= q
 
 
-def _gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None, El=None):
-    """The reference's GSPO nodes of each sequence (reference.loss._gspo_seq, no per-token clamp), its
+def _gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None, El=None, clamp=None):
+    """The reference's GSPO nodes of each sequence (reference.loss._gspo_seq), its
     loss x_i repeated at each unmasked token: (x [rows, T], E(x), the gradient pass from the term
     nodes, whether each term is inexact).
 
     The nodes: mu = mean_log_ratio (one node: rounding (depth(L) sum|d| + sum|d|)/L + |mu|,
     derivative 1/L to each l_t, so where l is an inner node with errors ``El`` E(mu) also has
-    sum_t E(l_t) / L), its cap clip(mu, None, log_ratio_max) (a capped mean is the bound:
+    sum_t E(l_t) / L); with the per-token clamp c (``clamp``, reference.ratio.clamped_mean_log_ratio)
+    instead d_t = l_t - l_old (E = |d|, and E(l) by its edge of +1), clip(d_t, -c, c) (a clamped d the
+    bound, E = |c|, no path to l), a sum node over the row (its L terms, one more where its exact value
+    has more than 64 bits: ``_exact_row_sums``, or l inexact) and its division by L (an edge of 1/L):
+    the same E(mu) but for that residue; then its cap clip(mu, None, log_ratio_max) (a capped mean is the bound:
     E = |bound|, no path to l), s = exp(mu), -A (a node of the input A: E = |A|), p1 = s (-A),
     clip(s, lo, hi) (s itself inside; else the bound, which carries |bound|), p2 = clip(s) (-A),
     x = max(p1, p2): a tie inside the clip range (half the cotangent to each), p1 where the
@@ -1161,12 +1203,25 @@ def _gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None, El=Non
     L = mask.sum(-1)
     Ld = torch.clamp(L, min=1).double()
     a = adv
-    d = torch.where(mask, l - old, torch.zeros_like(l))
+    zero = torch.zeros_like(l)
+    d = torch.where(mask, l - old, zero)
+    Ed = d.abs() if El is None else d.abs() + torch.where(mask, El, zero)
+    k, live = L, mask
+    if clamp is not None:
+        c = float(clamp)
+        raw = d
+        d, Ed, inside = _clip_node(d, Ed, -c, c)
+        live = mask & inside
+        d, Ed = torch.where(mask, d, zero), torch.where(mask, Ed, zero)
+        signed = torch.where(mask & ~inside, torch.sign(raw), zero).long()
+        if El is None:
+            residue = _exact_row_sums(raw, live, signed, torch.full_like(Ld, c)) > 64
+        else:           # l has all the working precision's bits
+            residue = live.any(-1)
+        k = L + ((L >= 2) & residue).long()
     absd = d.abs().sum(-1)
     mu = d.sum(-1) / Ld
-    Emu = (_depth(L) * absd + absd) / Ld + mu.abs()
-    if El is not None:
-        Emu = Emu + torch.where(mask, El, torch.zeros_like(El)).sum(-1) / Ld
+    Emu = (_depth(k) * absd + Ed.sum(-1)) / Ld + mu.abs()
     mu, Emu, uncapped = _clip_node(mu, Emu, None, log_ratio_max)
     sv = torch.exp(mu)
     Es = sv + sv * Emu
@@ -1195,9 +1250,8 @@ def _gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None, El=Non
         A_mu, C_mu = A_s * sv, (C_s + A_s * _rel(sv, Es)) * sv
         A_mu, C_mu = torch.where(uncapped, A_mu, 0.0), torch.where(uncapped, C_mu, 0.0)
         A_l, C_l = (A_mu / Ld).unsqueeze(-1), ((C_mu + A_mu * _rel(mu, Emu)) / Ld).unsqueeze(-1)
-        return torch.where(mask, A_l, zero), torch.where(mask, C_l, zero)
+        return torch.where(live, A_l, zero), torch.where(live, C_l, zero)
 
-    zero = torch.zeros_like(l)
     xt = torch.where(mask, x.unsqueeze(-1).expand_as(l), zero)
     Ext = torch.where(mask, Ex.unsqueeze(-1).expand_as(l), zero)
     # x is inexact (all the working precision's bits) where it comes from exp; where the clipped branch
@@ -1269,7 +1323,7 @@ def _gmpo_terms(l, old, adv, mask, eps_low, eps_high):
 
 def _exact_row_sums(d, live, bounded, bound):
     """The significant bits of each row's exact sum of d over ``live`` plus ``bound`` (a float64 per row)
-    times the count of ``bounded`` tokens: the live d, multiples of 2^-40 below 2^22 (the check's
+    times the count of ``bounded`` tokens (a bool mask, or +-1 per token for bounds of either sign): the live d, multiples of 2^-40 below 2^22 (the check's
     inputs: differences of bfloat16-exact log-probs), summed exactly as integers; any other row exactly
     by fractions."""
     import torch
@@ -1540,8 +1594,10 @@ def oracle_needs(fid: str) -> str:
             + f"; its KL term (beta, default {defaults['beta']}) any: estimator, clamps, aggregation"
             + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
                if fid in ("loss.dapo", "loss.cispo") else "")
-            + "".join(f"; {name} null" for name in LOSS_FIXED_PARAMS.get(fid, ()))
             + ("; ratio_level sequence or token" if fid == "loss.luspo" else "")
+            + ("; its cap log_ratio_max any; its per-token clamp log_ratio_clamp any that leaves the rows' mean "
+               "log-ratios room (about 1 or more: pairs of each row's tokens are drawn beyond it)"
+               if fid == "loss.gspo" else "")
             + ("; with --vocab V [--hidden H] (and its IS weight, OPSM and entropy mask off"
                + (", aggregation token_mean" if fid in ("loss.dapo", "loss.cispo") else "")
                + ") it is checked from hidden states through the adapter's fused head"
@@ -1566,11 +1622,6 @@ def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
                                  f"{' (and any ' + ', '.join(free) + ')' if free else ''} ({q.name}={p[q.name]!r}); "
                                  f"leave {q.name} out")
         return p
-    for name in LOSS_FIXED_PARAMS.get(formula, ()):
-        default = next(q.default for q in f.params if q.name == name)
-        if p[name] != default:
-            raise CheckError(f"{formula}: the oracle scale covers {name}={default!r} only ({name}={p[name]!r}); "
-                             f"leave {name} out")
     for k, off in _HEAD_OFF if head else ():
         if p.get(k) not in off:
             raise CheckError(f"{formula}: the oracle scale covers the recipe with its options off ({k}={p.get(k)!r}) "
@@ -1642,7 +1693,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
         elif _sequence_level(formula, p):
             def token_terms(sl):
                 return _gspo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"], p.get("log_ratio_max"),
-                                   El_of(sl))
+                                   El_of(sl), p.get("log_ratio_clamp"))
         elif formula == "loss.cispo":
             def token_terms(sl):
                 return _cispo_terms(l[sl], old[sl], adv[sl], mask[sl], p["cap_form"], p["eps_low"], p["eps_high"],

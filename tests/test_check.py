@@ -167,6 +167,7 @@ VERL_KL = {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20, "kl_output_min": -10
     # GMPO: the sign-aware clip of each log-ratio, the geometric mean of the row
     ("loss.gspo", {"log_ratio_max": 0.1}), ("loss.gspo", {"log_ratio_max": 10.0}),       # GSPO's cap on the mean
     ("loss.gspo", {"log_ratio_max": -0.1, "beta": 0.04}),
+    ("loss.gspo", {"log_ratio_clamp": 1.0}), ("loss.gspo", {"log_ratio_clamp": 2.0, "log_ratio_max": 0.1, "beta": 0.04}),
     ("loss.gmpo", {}), ("loss.gmpo", {"eps_low": 0.2, "eps_high": 0.28}), ("loss.gmpo", {"beta": 0.04}),
     ("loss.gmpo", {"is_level": "token", "is_mode": "mask", "is_c_max": 1.5}), ("loss.gmpo", {"entropy_quantile": 0.3}),
     # MiniRL: its decoupled-PPO mask's constant 0 (with the entropy mask's too), its capped weight
@@ -330,6 +331,44 @@ def test_old_logprobs_of_a_gspo_check_put_each_sequence_off_the_kinks_of_its_rat
     assert np.array_equal(live[a != 0], (np.arange(len(mu)) % 2 == 0)[a != 0])
 
 
+@pytest.mark.parametrize("clamp", [1.0, 20.0])
+def test_old_logprobs_of_a_gspo_check_with_a_per_token_clamp(clamp):
+    """GSPO's per-token clamp c: in every row of 4 or more tokens, pairs of tokens lie beyond +-c (half on
+    either side, so their clamped values cancel), every token at least INSIDE from +-c; the rows' clamped
+    means keep off the clip's log-bounds, even rows on a branch with a gradient, odd rows on one without."""
+    arrays = check.check_inputs("loss.gspo", 48, 256, 2, {"log_ratio_clamp": clamp})
+    mask, a = arrays["mask"], arrays["advantages"]
+    d = np.where(mask, arrays["logprobs"] - arrays["old_logprobs"], 0.0)
+    assert (np.abs(np.abs(d[mask]) - clamp) >= check.INSIDE).all()
+    L = mask.sum(-1)
+    hi_side, lo_side = (mask & (d > clamp)).sum(-1), (mask & (d < -clamp)).sum(-1)
+    assert ((hi_side == lo_side) & (hi_side >= 1))[L >= 4].all()
+    mu = np.clip(d, -clamp, clamp).sum(-1) / np.maximum(L, 1)
+    p = {q.name: q.default for q in REGISTRY["loss.gspo"].params}
+    lo, hi = np.log1p(-p["eps_low"]), np.log1p(p["eps_high"])
+    assert min(np.abs(mu - lo).min(), np.abs(mu - hi).min()) >= check.NEAREST
+    live = ((mu > lo) & (mu < hi)) | ((a > 0) & (mu < lo)) | ((a < 0) & (mu > hi))
+    assert np.array_equal(live[a != 0], (np.arange(len(mu)) % 2 == 0)[a != 0])
+
+
+@pytest.mark.parametrize("tiny, residue", [(2.0 ** -70, True), (2.0 ** -20, False)])
+def test_a_gspo_row_with_clamped_tokens_whose_exact_sum_has_more_than_64_bits_counts_a_residue(tiny, residue):
+    """With the per-token clamp the mean log-ratio is a sum node over the clamped log-ratios (the bound c
+    = 0.3, 53 significant bits, at each clamped token) and a division: the reference counts one more term
+    where the sum's exact value has more than 64 bits, here a live log-ratio of 2^-70 beside two tokens
+    clamped at -0.3 (4 terms, a depth of 2, or 5, a depth of 3); with 2^-20 it has fewer."""
+    arrays = {"logprobs": np.array([[-tiny, -0.1, -0.2, -1.0]]), "old_logprobs": np.array([[0.0, 0.4, 0.0, 0.0]]),
+              "mask": np.ones((1, 4), dtype=bool), "advantages": np.array([0.5])}
+    import torch
+
+    t = {k: torch.as_tensor(v) for k, v in arrays.items()}
+    d = (t["logprobs"] - t["old_logprobs"])
+    signed = torch.where(d.abs() > 0.3, torch.sign(d), torch.zeros_like(d)).long()
+    bits = check._exact_row_sums(d, d.abs() <= 0.3, signed, torch.tensor([0.3], dtype=torch.float64))
+    assert bool(bits[0] > 64) is residue
+    _agree_on("loss.gspo", arrays, {"log_ratio_clamp": 0.3, "beta": 0.0})
+
+
 @pytest.mark.parametrize("cap", [0.5, 10.0, -0.1])
 def test_old_logprobs_of_a_gspo_check_with_a_cap_reach_both_sides_of_it(cap):
     """With GSPO's cap on the mean log-ratio (log_ratio_max, verl's 10), rows fall on both sides of it,
@@ -484,6 +523,7 @@ def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeyp
     ("loss.gmpo", 4, {}, {"eps_low": 1e6, "eps_high": 1e6}),                           # never clips
     ("agg.document_mean", 4, {}, {"num_documents": 1000}),                             # another document count
     ("loss.gspo", 32, {"log_ratio_max": 10.0}, {"log_ratio_max": None}),               # GSPO without verl's cap
+    ("loss.gspo", 8, {"log_ratio_clamp": 1.0}, {"log_ratio_clamp": None}),             # no per-token clamp
     ("loss.minirl", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),                          # no decoupled-PPO mask
     ("loss.minirl", 8, {"is_cap": 1.5}, {"is_cap": None}),                              # an uncapped weight
     ("loss.grpo", 8, {"beta": 0, "is_level": "token"}, {"is_c_max": None}),            # TIS without its cap
@@ -774,7 +814,8 @@ def test_logprob_check_usage_errors():
     ("agg.prompt_mean", {"params": {"num_groups": 1}}, r"--param: agg.prompt_mean: parameter 'num_groups' = 1"),
     ("loss.dapo", {"params": {"aggregation": "sample_mean"}}, r"--param: loss.dapo: parameter 'aggregation'"),
     ("loss.dr_grpo", {"params": {"divisor": 0}}, r"--param: loss.dr_grpo: parameter 'divisor'"),
-    ("loss.gspo", {"params": {"log_ratio_clamp": 20}}, r"covers log_ratio_clamp=None only \(log_ratio_clamp=20\)"),
+    ("loss.gspo", {"params": {"log_ratio_clamp": 0.3}},
+     r"log_ratio_clamp=0.3 leaves no room for the check's sequence log-ratios.*give a larger clamp \(or null\)"),
     ("loss.grpo", {"params": {"opsm_delta": 0.1, "is_level": "token"}},
      r"off the kinks of OPSM or of the IS weight, not both .*give --param opsm_delta=null or --param is_level=none"),
     ("loss.vespo", {"params": {"opsm_delta": 0.1}}, r"gives VESPO no sampler log-probs.*give --param opsm_delta=null$"),

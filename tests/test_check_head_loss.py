@@ -113,7 +113,9 @@ def test_composite_scales_with_the_kl_term_equal_reference_ad(formula, given):
 
 @pytest.mark.parametrize("formula, given", [
     ("loss.gspo", {}), ("loss.gspo", {"eps_low": 0.1, "eps_high": 0.15, "beta": 0.1}),
-    ("loss.gspo", {"log_ratio_max": 0.1}),
+    ("loss.gspo", {"log_ratio_max": 0.1}), ("loss.gspo", {"log_ratio_clamp": 1.0, "beta": 0.04}),
+    # rows of 4 tokens (2 clamped), the even ones unclipped: their mean's sum node has a residue (5 terms)
+    ("loss.gspo", {"log_ratio_clamp": 1.0, "T": 4}),
     ("loss.luspo", {}), ("loss.luspo", {"ratio_level": "token", "beta": 0.05, "kl_estimator": "k3_unbiased"}),
     ("loss.sapo", {}), ("loss.sapo", {"log_ratio_clamp": 0.5, "beta": 0.2, "kl_estimator": "k2"}),
     ("loss.vespo", {}), ("loss.vespo", {"k_neg": 3.0, "lambda_pos": 0.5, "beta": 0.1})])
@@ -122,7 +124,8 @@ def test_composite_scales_of_the_sequence_losses_and_sapo_equal_reference_ad(for
     rows placed below, inside and above the clip range and beyond GSPO's cap) and SAPO's gate (l - l_old
     an edge of +1; clamped tokens with no path): the composite's values and every scale equal
     reference._ad's, with and without the KL term."""
-    arrays = check_logprob.seeded_head(4, 5, 11, 5, seed=7)
+    given = dict(given)
+    arrays = check_logprob.seeded_head(4, given.pop("T", 5), 11, 5, seed=7)
     adv = np.array([0.75, -0.5, 1.25, -1.0])
     params = check.oracle_params(formula, {"beta": 0.0, **given}, head=True)
     o = check_head_loss.oracle(arrays, adv, params, seed=3, formula=formula)
