@@ -67,9 +67,8 @@ FORMULAS = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo",
 HEAD_PROTOCOL = """adapter.heads[formula](hidden [B,T,H], weight [V,H], targets [B,T] int64, mask [B,T] bool,
 old_logprobs [B,T], advantages [B], params[, ref_logprobs=[B,T]]) -> {"loss": scalar, "grad": {"hidden": [B,T,H]}}:
 the loss (one of loss.grpo, loss.bnpo, loss.dr_grpo, loss.dapo, loss.cispo, loss.gspo, loss.luspo, loss.sapo,
-loss.vespo) on the log-probs
-log softmax(hidden weight^T)_targets (temperature 1), the gradient that of the loss; hidden and weight in the run's
-dtype, old_logprobs, advantages and ref_logprobs in float32 in a bfloat16 or float16 run, else in the run's dtype;
+loss.vespo) on the log-probs log softmax(hidden weight^T)_targets (temperature 1), the gradient that of the loss;
+hidden and weight in the run's dtype, old_logprobs, advantages and ref_logprobs in float32 in a bfloat16 or float16 run, else in the run's dtype;
 params are the formula's (IS weight, OPSM and entropy mask off; loss.dapo's and loss.cispo's aggregation token_mean);
 ref_logprobs, the KL term's reference log-probs, is passed where params' beta > 0, and only then."""
 
