@@ -668,18 +668,9 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     arrays = seeded_inputs(formula, B, T, seed, optional=groups + ref + sampler)
     if p.get("entropy_quantile") is not None:
         arrays["entropy"] = entropy_off_the_quantile(arrays["mask"], seed, p["entropy_quantile"])
-    if formula == "loss.sapo":
-        arrays["old_logprobs"] = old_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p.get("log_ratio_clamp"))
-    elif _sequence_level(formula, p):
-        arrays["old_logprobs"] = old_logprobs_per_sequence(arrays["logprobs"], arrays["mask"], arrays["advantages"],
-                                                            seed, p)
-    elif formula in TOKEN_LOSSES or formula == "loss.luspo":
-        arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, p)
-    elif formula == "loss.vespo":
-        arrays["old_logprobs"] = old_logprobs_row_sums(arrays["logprobs"], arrays["mask"], seed)
-    elif formula == "loss.gmpo":    # its clip acts on the log-ratio: [-eps_low, eps_high] is the ratios' [e^-eps_low, e^eps_high]
-        ratio_eps = {"eps_low": -math.expm1(-float(p["eps_low"])), "eps_high": math.expm1(float(p["eps_high"]))}
-        arrays["old_logprobs"] = old_logprobs_off_the_kinks(arrays["logprobs"], arrays["mask"], seed, ratio_eps)
+    old = old_logprobs_for(formula, arrays.get("logprobs"), arrays["mask"], arrays.get("advantages"), seed, p)
+    if old is not None:
+        arrays["old_logprobs"] = old
     if formula == "loss.minirl":
         arrays["sampler_logprobs"] = sampler_logprobs_for_minirl(arrays["logprobs"], arrays["mask"], seed, p)
     elif p.get("opsm_delta") is not None:
@@ -690,6 +681,27 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
         arrays["ref_logprobs"] = ref_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p,
                                                      arrays.get("old_logprobs"))
     return arrays
+
+
+def old_logprobs_for(formula: str, l, mask, adv, seed: int, p: dict, per_token=old_logprobs_off_the_kinks):
+    """The old log-probs of a check of ``formula`` (parameters ``p``) around the log-probs ``l``, or None
+    for a formula without them: spread for SAPO's smooth gate (``old_logprobs_spread``), per sequence
+    for a sequence-level loss (``old_logprobs_per_sequence``), VESPO's row sums spread
+    (``old_logprobs_row_sums``), else per token about the kinks, ``per_token(l, mask, seed, p)``
+    (``old_logprobs_off_the_kinks``; for GMPO, whose clip acts on the log-ratio, about the ratios
+    e^-eps_low and e^eps_high)."""
+    if formula == "loss.sapo":
+        return old_logprobs_spread(l, mask, seed, p.get("log_ratio_clamp"))
+    if _sequence_level(formula, p):
+        return old_logprobs_per_sequence(l, mask, adv, seed, p)
+    if formula in TOKEN_LOSSES or formula == "loss.luspo":
+        return per_token(l, mask, seed, p)
+    if formula == "loss.vespo":
+        return old_logprobs_row_sums(l, mask, seed)
+    if formula == "loss.gmpo":
+        ratio_eps = {"eps_low": -math.expm1(-float(p["eps_low"])), "eps_high": math.expm1(float(p["eps_high"]))}
+        return per_token(l, mask, seed, ratio_eps)
+    return None
 
 
 def to_tensors(formula: str, arrays: dict, dtype: str, device: str):
@@ -1193,8 +1205,8 @@ def _gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None, El=Non
     instead d_t = l_t - l_old (E = |d|, and E(l) by its edge of +1), clip(d_t, -c, c) (a clamped d the
     bound, E = |c|, no path to l), a sum node over the row (its L terms, one more where its exact value
     has more than 64 bits: ``_exact_row_sums``, or l inexact) and its division by L (an edge of 1/L):
-    the same E(mu) but for that residue; then its cap clip(mu, None, log_ratio_max) (a capped mean is the bound:
-    E = |bound|, no path to l), s = exp(mu), -A (a node of the input A: E = |A|), p1 = s (-A),
+    the same E(mu) but for that residue; then its cap clip(mu, None, log_ratio_max) (a capped mean is
+    the bound: E = |bound|, no path to l), s = exp(mu), -A (a node of the input A: E = |A|), p1 = s (-A),
     clip(s, lo, hi) (s itself inside; else the bound, which carries |bound|), p2 = clip(s) (-A),
     x = max(p1, p2): a tie inside the clip range (half the cotangent to each), p1 where the
     unclipped branch is the larger, p2 (no path to l) where the clipped one is."""
@@ -1323,9 +1335,9 @@ def _gmpo_terms(l, old, adv, mask, eps_low, eps_high):
 
 def _exact_row_sums(d, live, bounded, bound):
     """The significant bits of each row's exact sum of d over ``live`` plus ``bound`` (a float64 per row)
-    times the count of ``bounded`` tokens (a bool mask, or +-1 per token for bounds of either sign): the live d, multiples of 2^-40 below 2^22 (the check's
-    inputs: differences of bfloat16-exact log-probs), summed exactly as integers; any other row exactly
-    by fractions."""
+    times the count of ``bounded`` tokens (a bool mask, or +-1 per token for bounds of either sign):
+    the live d, multiples of 2^-40 below 2^22 (the check's inputs: differences of bfloat16-exact
+    log-probs), summed exactly as integers; any other row exactly by fractions."""
     import torch
 
     scaled = torch.where(live, d, torch.zeros_like(d)) * 2.0 ** 40

@@ -91,17 +91,12 @@ def side_dtype(dtype: str) -> str:
 
 def old_logprobs_for(formula: str, lp: np.ndarray, mask: np.ndarray, adv: np.ndarray, seed: int, params: dict):
     """The old log-probs of a check of ``formula`` around the oracle's log-probs ``lp`` (float64 arrays,
-    exact in float32): per sequence for a sequence-level loss, spread for SAPO, VESPO's row sums spread, else per token about the
-    clip's (or the truncation's) kinks (``old_logprobs``)."""
+    exact in float32), as ``check.old_logprobs_for`` draws them, per token rounded to float32
+    (``old_logprobs``)."""
     from . import check
 
-    if formula == "loss.sapo":
-        return check.old_logprobs_spread(lp, mask, seed, params.get("log_ratio_clamp"))
-    if formula == "loss.vespo":
-        return check.old_logprobs_row_sums(lp, mask, seed)
-    if check._sequence_level(formula, params):
-        return check.old_logprobs_per_sequence(lp, mask, adv, seed, params)
-    return old_logprobs(lp, mask, seed, *check._kinks(params))
+    return check.old_logprobs_for(formula, lp, mask, adv, seed, params,
+                                  per_token=lambda l, m, s, p: old_logprobs(l, m, s, *check._kinks(p)))
 
 
 def old_logprobs(lp: np.ndarray, mask: np.ndarray, seed: int, eps_low: float, eps_high: float,
