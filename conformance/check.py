@@ -547,6 +547,77 @@ def sampler_logprobs_for_opsm(l: np.ndarray, mask: np.ndarray, seed: int, params
     raise CheckError(f"opsm_delta={delta} leaves no room for the check's sampler log-probs off its kink "
                      f"(a row's mean log-ratio within {INSIDE} of it after {ROUNDS} draws)")
 
+SHORT_ROW = 8     # a row of at most this many tokens is drawn again whole when a token lies near a kink
+
+
+def sampler_logprobs_for_opsm_and_is(l: np.ndarray, old: np.ndarray, mask: np.ndarray, seed: int,
+                                     params: dict) -> np.ndarray:
+    """The sampler's log-probs of a check with OPSM and an IS weight (token or geometric level), which
+    both read them: each row's kappa_i = mean_t (l_sampler - l) off opsm_delta as
+    ``sampler_logprobs_for_opsm`` puts it, and the IS log-weight (a token's u_t = l_old - l_sampler,
+    or a row's mean) off its kinks as ``sampler_logprobs_off_the_kinks`` puts it.  The two are tied:
+    kappa_i = c_i - mean_t u_t, c_i = mean_t (l_old - l) (fixed by the old log-probs).  So each row's
+    target is drawn first and the tokens spread around it, u_t = c_i - kappa_i + z_t - mean z:
+
+    - token level: kappa_i from the bands of OPSM (``_bands_around`` delta, OPSM_SPREAD), z_t from the
+      IS weight's (IS_SPREAD and REACH either side of each kink), so the tokens reach the IS weight's
+      branches around the row's mean;
+    - geometric level (the row's log-weight U_i = mean_t u_t): even rows draw U_i from the IS weight's
+      bands (kappa_i = c_i - U_i), odd rows kappa_i from OPSM's (U_i = c_i - kappa_i), z uniform in
+      [-BAND, BAND], so the rows reach both sides of delta and of each IS kink.
+
+    Rounded to bfloat16 as the old log-probs are; then a row whose kappa_i, or geometric log-weight,
+    lies within INSIDE of its kink is drawn again, and a token whose u_t does has its z_t drawn again
+    (the row's mean is kept; a row of at most SHORT_ROW tokens is drawn again whole), up to ROUNDS
+    times.  At the sequence level the row's log-weight is a sum, within REACH of a kink for a row of
+    any length, which leaves kappa_i = c_i - U_i / L_i to the old log-probs (``oracle_params`` refuses
+    it)."""
+    p = {**{q.name: q.default for q in REGISTRY["loss.grpo"].params if q.name.startswith("is_")}, **params}
+    level, delta = p["is_level"], float(p["opsm_delta"])
+    if level not in ("token", "geometric"):
+        raise ValueError(f"is_level={level!r}: OPSM with an IS weight is drawn at the token or geometric level")
+    rng = _stream(seed, 8)
+    is_bands, opsm_bands = _bands_around(_is_kinks(p), IS_SPREAD), _bands_around([delta], OPSM_SPREAD)
+    L = np.maximum(mask.sum(-1, keepdims=True), 1)
+    live = mask.any(-1, keepdims=True)
+    short = live & (L <= SHORT_ROW)
+    even = (np.arange(l.shape[0]) % 2 == 0)[:, None]
+
+    def mean(x):
+        return np.where(mask, x, 0.0).sum(-1, keepdims=True) / L
+
+    c = mean(old - l)
+
+    def kappas():
+        kappa = _draw_from_bands(rng, opsm_bands, c.shape)
+        return kappa if level == "token" else np.where(even, c - _draw_from_bands(rng, is_bands, c.shape), kappa)
+
+    def spread():
+        return _draw_from_bands(rng, is_bands, l.shape) if level == "token" else rng.uniform(-BAND, BAND, l.shape)
+
+    def near_is(u):
+        here = _is_branch(u, p)
+        return (_is_branch(u - INSIDE, p) != here) | (_is_branch(u + INSIDE, p) != here)
+
+    kappa, z = kappas(), spread()
+    for _ in range(ROUNDS):
+        sampler = _bfloat16_at(mask, old - (c - kappa + z - mean(z)))
+        u = np.where(mask, old - sampler, 0.0)
+        rows = live & (np.abs(mean(sampler - l) - delta) < INSIDE)
+        tokens = mask & near_is(u) if level == "token" else np.zeros_like(mask)
+        if level == "geometric":
+            rows |= live & near_is(mean(u))
+        if not rows.any() and not tokens.any():
+            return sampler
+        rows |= short & tokens.any(-1, keepdims=True)
+        kappa = np.where(rows, kappas(), kappa)
+        z = np.where(rows | tokens, spread(), z)
+    raise CheckError(f"opsm_delta={delta} with the IS weight's bounds (is_c_min={p['is_c_min']}, is_c_max="
+                     f"{p['is_c_max']}, is_log_ratio_clamp={p['is_log_ratio_clamp']}) leaves no room for the check's "
+                     f"sampler log-probs off their kinks (a row's mean log-ratio or a {level} log-weight within "
+                     f"{INSIDE} of a kink after {ROUNDS} draws)")
+
+
 
 def entropy_off_the_quantile(mask: np.ndarray, seed: int, rho) -> np.ndarray:
     """Token entropies for an entropy-mask check: uniform in ENTROPY_SPREAD, rounded to bfloat16 (0
@@ -654,7 +725,8 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     for a sequence-level loss
     (``old_logprobs_per_sequence``), spread for SAPO's smooth gate (``old_logprobs_spread``); with an
     IS weight, the sampler's log-probs off its kinks (``sampler_logprobs_off_the_kinks``), or off
-    OPSM's (``sampler_logprobs_for_opsm``); with the entropy mask, entropies off its quantile
+    OPSM's (``sampler_logprobs_for_opsm``), or off both (``sampler_logprobs_for_opsm_and_is``); with
+    the entropy mask, entropies off its quantile
     (``entropy_off_the_quantile``); for VESPO,
     each row's summed log-ratio spread (``old_logprobs_row_sums``); and with
     the KL term, spread reference log-probs, off its clamps' kinks (``ref_logprobs_spread``)."""
@@ -673,6 +745,9 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
         arrays["old_logprobs"] = old
     if formula == "loss.minirl":
         arrays["sampler_logprobs"] = sampler_logprobs_for_minirl(arrays["logprobs"], arrays["mask"], seed, p)
+    elif p.get("opsm_delta") is not None and p.get("is_level", "none") != "none":
+        arrays["sampler_logprobs"] = sampler_logprobs_for_opsm_and_is(arrays["logprobs"], arrays["old_logprobs"],
+                                                                      arrays["mask"], seed, p)
     elif p.get("opsm_delta") is not None:
         arrays["sampler_logprobs"] = sampler_logprobs_for_opsm(arrays["logprobs"], arrays["mask"], seed, p)
     elif sampler:
@@ -1600,8 +1675,8 @@ def oracle_needs(fid: str) -> str:
                "sampler log-probs); " if fid == "loss.vespo" else
                "is_level none and opsm_delta null (the check draws the sampler's log-probs for MiniRL's own weight, "
                "both sides of its cap); " if fid == "loss.minirl" else
-               "its IS weight any (level, mode, bounds, clamp); its OPSM any, but not with an IS weight (the "
-               "sampler's log-probs are drawn off the kinks of one); ")
+               "its IS weight any (level, mode, bounds, clamp); its OPSM any, with an IS weight at the token or "
+               "geometric level (a sequence-level weight, a sum over the row, leaves OPSM's row mean no room); ")
             + "its entropy mask any"
             + f"; its KL term (beta, default {defaults['beta']}) any: estimator, clamps, aggregation"
             + ("; aggregation prompt_mean (prompt groups b mod 4) or token_mean"
@@ -1618,9 +1693,11 @@ def oracle_needs(fid: str) -> str:
 
 def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
     """The formula's parameters with defaults, or CheckError where the oracle has no scale for them:
-    aggregators at their default parameters; recipes with their OPSM and entropy mask off, any IS
-    weight and any KL term (estimator, clamps, aggregation), or with ``head`` (the fused-head
-    composite of check_head_loss.py) no IS weight, OPSM or entropy mask (any KL term)."""
+    aggregators at their default parameters (and the global counts and epsilons of AGG_FREE_PARAMS);
+    recipes with any IS weight, OPSM (with an IS weight, at the token or geometric level), entropy
+    mask and KL term (estimator, clamps, aggregation), VESPO and MiniRL without an IS weight or OPSM;
+    with ``head`` (the fused-head composite of check_head_loss.py) no IS weight, OPSM or entropy mask
+    (any KL term) and the batch-pooled token mean."""
     if formula not in ORACLE_FORMULAS:
         raise CheckError(f"{formula}: no oracle scale; formulas with one: {', '.join(ORACLE_FORMULAS)}")
     f = REGISTRY[formula]
@@ -1649,10 +1726,12 @@ def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
     if p.get("opsm_delta") is not None and formula == "loss.vespo":
         raise CheckError(f"{formula}: the check gives VESPO no sampler log-probs, which OPSM needs and VESPO would fold "
                          f"into phi (opsm_delta={p['opsm_delta']!r}); give --param opsm_delta=null")
-    if p.get("opsm_delta") is not None and p.get("is_level") != "none":
-        raise CheckError(f"{formula}: the check draws the sampler's log-probs off the kinks of OPSM or of the IS weight, "
-                         f"not both (opsm_delta={p['opsm_delta']!r}, is_level={p['is_level']!r}); give "
-                         f"--param opsm_delta=null or --param is_level=none")
+    if p.get("opsm_delta") is not None and p.get("is_level") == "sequence":
+        raise CheckError(f"{formula}: with OPSM the check draws the sampler's log-probs off the kinks of an IS weight at "
+                         f"the token or geometric level, not the sequence level, whose log-weight, a sum over the row "
+                         f"within reach of its kinks, leaves OPSM's row mean to the old log-probs (opsm_delta="
+                         f"{p['opsm_delta']!r}, is_level='sequence'); give --param is_level=token or geometric, or "
+                         f"--param opsm_delta=null")
     return p
 
 

@@ -161,6 +161,10 @@ VERL_KL = {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20, "kl_output_min": -10
     ("loss.gspo", {"opsm_delta": 0.2}), ("loss.dapo", {"opsm_delta": 0.1, "beta": 0.04, "kl_aggregation": "sample_mean"}),
     ("loss.grpo", {"beta": 0, "entropy_quantile": 0.2}), ("loss.bnpo", {"entropy_quantile": 0.5}),
     ("loss.grpo", {"entropy_quantile": 0.2, "opsm_delta": 0.1}),
+    # OPSM with an IS weight (token or geometric level), both reading the sampler's log-probs
+    ("loss.grpo", {"beta": 0, "opsm_delta": 0.1, "is_level": "token", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 1.5}),
+    ("loss.grpo", {"opsm_delta": 0.0, "opsm_advantage_gate": "token", "is_level": "geometric"}),
+    ("loss.gspo", {"opsm_delta": 0.2, "is_level": "token", "is_log_ratio_clamp": 0.5, "is_c_max": None}),
     ("loss.grpo", {"entropy_quantile": 0.2, "is_level": "token", "is_mode": "mask", "is_c_max": 1.5}),
     ("loss.vespo", {"entropy_quantile": 0.3}), ("loss.gspo", {"entropy_quantile": 0.3}),
     ("loss.cispo", {"entropy_quantile": 0.99, "aggregation": "token_mean"}),
@@ -474,6 +478,39 @@ def test_the_sampler_log_probs_of_an_opsm_check_put_each_row_off_its_delta(delta
     assert 0 < dropped.sum() and ((adv < 0) & (kappa < delta)).sum() > 0
 
 
+@pytest.mark.parametrize("formula, params", [
+    ("loss.grpo", {"opsm_delta": 1e-4, "is_level": "token"}),          # slime's delta, TIS capped at 2
+    ("loss.grpo", {"opsm_delta": 0.1, "is_level": "token", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 1.5}),
+    ("loss.gspo", {"opsm_delta": 0.2, "is_level": "token", "is_log_ratio_clamp": 0.5, "is_c_max": None}),
+    ("loss.grpo", {"opsm_delta": 0.0, "opsm_advantage_gate": "token", "is_level": "geometric"}),
+    ("loss.grpo", {"opsm_delta": 0.5, "is_level": "geometric", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 3.0})])
+def test_the_sampler_log_probs_of_an_opsm_check_with_an_is_weight_keep_off_both(formula, params):
+    """With OPSM and an IS weight, the sampler's log-probs put every row's kappa_i = mean_t (l_sampler - l)
+    more than INSIDE from delta, on both sides of it among the rows of negative advantage, and the IS
+    log-weight (each token's, or at the geometric level each row's mean) more than INSIDE from each kink,
+    on every side of every kink; exact in bfloat16.  Rows of 1 to 512 tokens (SHORT_ROW: short rows are
+    drawn again whole)."""
+    p = {q.name: q.default for q in REGISTRY[formula].params} | {"beta": 0, **params}
+    arrays = check.check_inputs(formula, 64, 512, 6, p)
+    mask = arrays["mask"]
+    mask[:4] = False
+    mask[0, :1] = mask[1, :2] = mask[2, :5] = mask[3, :8] = True     # short rows
+    arrays = {**arrays, "sampler_logprobs": check.sampler_logprobs_for_opsm_and_is(
+        arrays["logprobs"], arrays["old_logprobs"], mask, 6, p)}
+    l, old, sampler, adv = arrays["logprobs"], arrays["old_logprobs"], arrays["sampler_logprobs"], arrays["advantages"]
+    assert torch.equal(torch.from_numpy(sampler).to(torch.bfloat16).double(), torch.from_numpy(sampler))
+    L = mask.sum(-1)
+    kappa = np.where(mask, sampler - l, 0.0).sum(-1) / L
+    delta = p["opsm_delta"]
+    assert np.abs(kappa - delta).min() > check.INSIDE
+    assert ((adv < 0) & (kappa > delta)).sum() > 0 and ((adv < 0) & (kappa < delta)).sum() > 0
+    u = np.where(mask, old - sampler, 0.0)
+    u = u[mask] if p["is_level"] == "token" else u.sum(-1) / L
+    codes = check._is_branch(u, p)
+    assert len(set(codes.tolist())) == len(check._is_kinks(p)) + 1, set(codes.tolist())
+    assert (check._is_branch(u - check.INSIDE, p) == codes).all() and (check._is_branch(u + check.INSIDE, p) == codes).all()
+
+
 @pytest.mark.parametrize("rho", [0.2, 0.5, 0.99])
 def test_the_entropies_of_an_entropy_mask_check_make_its_quantile_unambiguous(rho):
     """The tokens about the quantile's rank share its entropy E0, which is then the quantile in every
@@ -529,6 +566,10 @@ def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeyp
     ("loss.grpo", 8, {"beta": 0, "is_level": "token"}, {"is_c_max": None}),            # TIS without its cap
     ("loss.grpo", 16, {"beta": 0, "opsm_delta": 0.1}, {"opsm_delta": 10.0}),             # OPSM that drops nothing
     ("loss.grpo", 8, {"beta": 0, "entropy_quantile": 0.2}, {"entropy_quantile": 0.5}),  # another quantile
+    ("loss.grpo", 16, {"beta": 0, "opsm_delta": 1e-4, "is_level": "token"}, {"opsm_delta": 10.0}),  # OPSM under TIS
+    ("loss.grpo", 16, {"beta": 0, "opsm_delta": 1e-4, "is_level": "token"}, {"is_level": "none"}),  # TIS under OPSM
+    ("loss.grpo", 16, {"beta": 0, "opsm_delta": 0.1, "is_level": "geometric", "is_mode": "mask", "is_c_min": 0.5,
+                       "is_c_max": 3.0}, {"is_level": "token"}),                        # the token's weight
     ("loss.grpo", 4, {"beta": 0, "is_level": "token", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 1.5},
      {"is_mode": "truncate"}),                                                        # truncates, not masks
     ("loss.bnpo", 16, {"beta": 0, "is_level": "sequence", "is_mode": "mask", "is_c_min": 0.5, "is_c_max": 2.0},
@@ -816,8 +857,9 @@ def test_logprob_check_usage_errors():
     ("loss.dr_grpo", {"params": {"divisor": 0}}, r"--param: loss.dr_grpo: parameter 'divisor'"),
     ("loss.gspo", {"params": {"log_ratio_clamp": 0.3}},
      r"log_ratio_clamp=0.3 leaves no room for the check's sequence log-ratios.*give a larger clamp \(or null\)"),
-    ("loss.grpo", {"params": {"opsm_delta": 0.1, "is_level": "token"}},
-     r"off the kinks of OPSM or of the IS weight, not both .*give --param opsm_delta=null or --param is_level=none"),
+    ("loss.grpo", {"params": {"opsm_delta": 0.1, "is_level": "sequence"}},
+     r"with OPSM .* at the token or geometric level, not the sequence level.*give --param is_level=token or geometric, "
+     r"or --param opsm_delta=null$"),
     ("loss.vespo", {"params": {"opsm_delta": 0.1}}, r"gives VESPO no sampler log-probs.*give --param opsm_delta=null$"),
     ("loss.minirl", {"params": {"is_level": "token"}}, r"MiniRL's sampler log-probs for its own weight.*is_level='token'"),
     ("loss.grpo", {"params": {"beta": 0, "entropy_quantile": 0.2}, "vocab": 100},
