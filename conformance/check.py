@@ -33,7 +33,7 @@ import numpy as np
 
 from pgspec.reference import REGISTRY
 
-from . import compare, tolerance
+from . import check_branches as cb, compare, tolerance
 from .check_head_loss import FORMULAS as _HEAD_LOSS_FORMULAS
 from .generator import generate_arrays
 
@@ -94,6 +94,10 @@ class CheckResult:
     hidden: int | None = None
     path: str = ""                    # how the adapter was called (log-prob checks: "head" or "logits")
     declaration: dict | None = None   # the adapter's rule that matches the check (Declaration.summary())
+    # the formula's decisions and the count of tokens or rows on each side (check_branches.py), and
+    # the sides none takes: not judged by this check
+    branches: list = field(default_factory=list)
+    unreached: list = field(default_factory=list)
 
     def to_json(self):
         d = asdict(self)
@@ -2074,7 +2078,9 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
     t = time.perf_counter()
     ref_out, ref_grads, scales = oracle(formula, arrays, params, device, chunk)
     seconds = time.perf_counter() - t
+    found = cb.branches(formula, arrays, params)
     for res in todo:
+        res.branches, res.unreached = [b.to_json() for b in found], cb.unreached(found)
         res.oracle_seconds = seconds
         _check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales)
         _classify(adapter, res, formula, params, arrays, seed)
@@ -2320,10 +2326,13 @@ def run_head_loss_checks(adapter, formula, B, T, V, H, dtypes, device, seed, par
     m = torch.as_tensor(arrays["mask"], device=device)
     N = B * T
     family = REGISTRY[formula].family
+    found = cb.branches(formula, {"mask": arrays["mask"], **{k: ref[k].cpu().numpy() for k in (
+        "logprobs", "old_logprobs", "advantages", "ref_logprobs") if k in ref}}, p)
     for res in results:
         if res.outcome != "pass":
             continue
         res.oracle_seconds = seconds
+        res.branches, res.unreached = [b.to_json() for b in found], cb.unreached(found)
         tdtype = getattr(torch, compare.TORCH_DTYPES[res.dtype])
         X = torch.as_tensor(arrays["hidden"], device=device).to(tdtype)
         W = torch.as_tensor(arrays["weight"], device=device).to(tdtype)

@@ -134,8 +134,9 @@ def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, 
     beta > 0 the KL term's reference log-probs ``ref`` [B, T] (numpy; None: drawn around the oracle's
     log-probs by ``check.ref_logprobs_spread``); positions
     ``chunk_tokens`` at a time for the log-prob step, sequences ``chunk`` at a time for the loss's scales:
-    {"loss", "E(loss)", "grad.hidden" [N, H], "S(grad.hidden)" [N, H], "old_logprobs" [B, T],
-    "advantages" [B], and with beta > 0 "ref_logprobs" [B, T]} (float64 tensors on ``device``; N = B T)."""
+    {"loss", "E(loss)", "grad.hidden" [N, H], "S(grad.hidden)" [N, H], "logprobs" [B, T] (the oracle's),
+    "old_logprobs" [B, T], "advantages" [B], and with beta > 0 "ref_logprobs" [B, T]} (float64 tensors
+    on ``device``; N = B T)."""
     import torch
 
     from . import check_logprob as lp
@@ -167,5 +168,5 @@ def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, 
     with torch.no_grad():
         gX = g1.mul_(g.reshape(N, 1))                                   # dloss/dl_t dl_t/dX_t
         SX = S1.mul_(A_l.reshape(N, 1)).add_(P1.mul_(C_l.reshape(N, 1)))
-    return {"loss": loss, "E(loss)": Ev, "grad.hidden": gX, "S(grad.hidden)": SX, "old_logprobs": old_t,
-            "advantages": adv_t, **({} if ref_t is None else {"ref_logprobs": ref_t})}
+    return {"loss": loss, "E(loss)": Ev, "grad.hidden": gX, "S(grad.hidden)": SX, "logprobs": lp_all.reshape(B, T),
+            "old_logprobs": old_t, "advantages": adv_t, **({} if ref_t is None else {"ref_logprobs": ref_t})}

@@ -447,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args) -> int:
-    from . import check, runner, tolerance
+    from . import check, check_branches as cb, runner, tolerance
 
     if args.list:
         print(check.describe_formulas())
@@ -490,6 +490,13 @@ def _check(args) -> int:
             d = res.declaration
             print(f"  {'declared' if res.outcome in ('bug', 'convention') else 'declared, not shown by this check'}: "
                   f"{d['declaration']} of {d['source']} ({d['kind']}): {d['reason']} ({d['link']})")
+    judged = next((res for res in results if res.branches), None)
+    if judged is not None:      # the same inputs for every dtype
+        print(f"branches judged{' (every dtype)' if len(results) > 1 else ''}, tokens or rows on each side:")
+        for line in cb.describe(judged.branches):
+            print(f"  {line}")
+        if judged.unreached:
+            print(f"not judged (no token or row of the check's inputs takes it): {'; '.join(judged.unreached)}")
     if args.json:
         # one dtype: its result; several: the list of their results, in the order given
         doc = results[0].to_json() if len(results) == 1 else [res.to_json() for res in results]
