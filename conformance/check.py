@@ -681,6 +681,21 @@ def old_logprobs_row_sums(l: np.ndarray, mask: np.ndarray, seed: int) -> np.ndar
     return _bfloat16_at(mask, l - (U / L + z))
 
 
+def sampler_logprobs_for_vespo(l: np.ndarray, old: np.ndarray, mask: np.ndarray, seed: int) -> np.ndarray:
+    """VESPO folds the sampler's log-ratio into its row's log-weight: log w = sum_t (l - l_old) +
+    sum_t (l_old - l_sampler) (each term clamped, far beyond these values), phi from w, no kink.  So
+    each row's total sum_t (l - l_sampler) is drawn uniform in VESPO_SPREAD, as the old log-probs
+    alone draw theirs: x_t = l_old - l_sampler = (total - sum_t (l - l_old)) / L + z_t - mean z (z
+    uniform in [-BAND, BAND]), rounded to bfloat16 as the old log-probs are (0 where masked)."""
+    rng = _stream(seed, 9)
+    L = np.maximum(mask.sum(-1, keepdims=True), 1)
+    total = rng.uniform(*VESPO_SPREAD, size=(l.shape[0], 1))
+    V = total - np.where(mask, l - old, 0.0).sum(-1, keepdims=True)
+    z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
+    z = np.where(mask, z - z.sum(-1, keepdims=True) / L, 0.0)
+    return _bfloat16_at(mask, old - (V / L + z))
+
+
 def _with_cap_bands(bands: list, eps_low: float, eps_high: float, cap: float) -> tuple:
     """GSPO's bands of the mean log-ratio with its cap c (log_ratio_max): the clip's bands with the zone
     within INSIDE of c cut out, and REACH wide on either side of c (the clip's zones cut out too),
@@ -722,7 +737,7 @@ def _kinks(params: dict) -> tuple:
     return float(params["eps_low"]), float(params["eps_high"]), clamp
 
 
-def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
+def check_inputs(formula: str, B: int, T: int, seed: int, params: dict, sampler: bool = False) -> dict:
     """The inputs of a check: ``seeded_inputs``, with (under the formula's parameters and defaults)
     the old log-probs of a loss drawn to judge every branch: off the kinks per token
     (``old_logprobs_off_the_kinks``; GMPO's clip of the log-ratio taken as the ratio's), per sequence
@@ -732,15 +747,18 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
     OPSM's (``sampler_logprobs_for_opsm``), or off both (``sampler_logprobs_for_opsm_and_is``); with
     the entropy mask, entropies off its quantile
     (``entropy_off_the_quantile``); for VESPO,
-    each row's summed log-ratio spread (``old_logprobs_row_sums``); and with
-    the KL term, spread reference log-probs, off its clamps' kinks (``ref_logprobs_spread``)."""
+    each row's summed log-ratio spread (``old_logprobs_row_sums``), and with ``sampler`` the sampler's
+    log-probs it folds into phi (``sampler_logprobs_for_vespo``); and with the KL term, spread
+    reference log-probs, off its clamps' kinks (``ref_logprobs_spread``)."""
     p = {q.name: q.default for q in REGISTRY[formula].params}
     p.update(params)
     # loss.dapo's and loss.cispo's prompt_mean aggregation takes the prompt groups (an optional input,
     # refused otherwise)
     groups = ("group_ids",) if formula in ("loss.dapo", "loss.cispo") and p.get("aggregation") == "prompt_mean" else ()
     ref = ("ref_logprobs",) if p.get("beta") else ()
-    sampler = ("sampler_logprobs",) if p.get("is_level", "none") != "none" or p.get("opsm_delta") is not None else ()
+    folded = sampler
+    sampler = ("sampler_logprobs",) if p.get("is_level", "none") != "none" or p.get("opsm_delta") is not None \
+        or folded else ()
     arrays = seeded_inputs(formula, B, T, seed, optional=groups + ref + sampler)
     if p.get("entropy_quantile") is not None:
         arrays["entropy"] = entropy_off_the_quantile(arrays["mask"], seed, p["entropy_quantile"])
@@ -749,6 +767,9 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict) -> dict:
         arrays["old_logprobs"] = old
     if formula == "loss.minirl":
         arrays["sampler_logprobs"] = sampler_logprobs_for_minirl(arrays["logprobs"], arrays["mask"], seed, p)
+    elif formula == "loss.vespo" and folded:
+        arrays["sampler_logprobs"] = sampler_logprobs_for_vespo(arrays["logprobs"], arrays["old_logprobs"],
+                                                                arrays["mask"], seed)
     elif p.get("opsm_delta") is not None and p.get("is_level", "none") != "none":
         arrays["sampler_logprobs"] = sampler_logprobs_for_opsm_and_is(arrays["logprobs"], arrays["old_logprobs"],
                                                                       arrays["mask"], seed, p)
@@ -897,7 +918,7 @@ def _cispo_terms(l, old, adv, mask, cap_form, eps_low, eps_high, clamp):
     return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
 
 
-def _vespo_terms(l, old, adv, mask, p, inexact_l=False):
+def _vespo_terms(l, old, adv, mask, p, inexact_l=False, sampler=None):
     """The reference's VESPO nodes (reference.loss.vespo, reference.surrogate.vespo_log_weight and
     vespo_phi; no sampler log-probs): per row, s = a sum node over sg[clip(d_t, -c, c)] (d_t = l_t -
     l_old, E = |d|; a clamped d is the bound, E = c; its short exact terms leave no residue), log w =
@@ -907,7 +928,10 @@ def _vespo_terms(l, old, adv, mask, p, inexact_l=False):
     (A >= 0: the positive pair), lam at least lambda_min; then at every token CISPO's nodes
     m = -sg[phi] A (E = |m| + |A| (phi + E(phi))), x = l m (E = |x| + |l| E(m), dx/dl = m).
     ``inexact_l``: l is an inner node of a composite (check_head_loss.py), whose value has all the
-    working precision's bits, so a row's sum s with an unclamped term of two or more leaves a residue."""
+    working precision's bits, so a row's sum s with an unclamped term of two or more leaves a residue.
+    ``sampler``: the sampler's log-probs, folded into s (TRL): the sum node has a second term per
+    token, sg[clip(x_t, log min_weight, max_log_weight)], x_t = l_old - l_sampler (E = |x|; a clipped
+    x is the bound, E = |bound|)."""
     import torch
 
     zero = torch.zeros_like(l)
@@ -919,7 +943,13 @@ def _vespo_terms(l, old, adv, mask, p, inexact_l=False):
     k = mask.sum(-1)
     if inexact_l:
         k = k + ((k >= 2) & (mask & unclamped).any(-1)).long()
-    s, Es = d.sum(-1), _depth(k) * absd + Ed.sum(-1)
+    s, Es = d.sum(-1), Ed.sum(-1)
+    if sampler is not None:
+        x = torch.where(mask, old - sampler, zero)
+        x, Ex, _ = _clip_node(x, x.abs(), math.log(float(p["min_weight"])), p["max_log_weight"])
+        x, Ex = torch.where(mask, x, zero), torch.where(mask, Ex, zero)
+        s, Es, absd, k = s + x.sum(-1), Es + Ex.sum(-1), absd + x.abs().sum(-1), k + mask.sum(-1)
+    Es = _depth(k) * absd + Es
     z, Ez, _ = _clip_node(s, Es, math.log(float(p["min_weight"])), p["max_log_weight"])
     pos = adv >= 0
     k = _pick(pos, p["k_pos"], p["k_neg"])
@@ -1675,8 +1705,8 @@ def oracle_needs(fid: str) -> str:
                 + (f"; {DOCUMENTS} documents a row" if fid == "agg.document_mean" else ""))
     defaults = {p.name: p.default for p in f.params}
     return ("--shape BxT; "
-            + ("is_level none and opsm_delta null (VESPO folds the sampler's ratio into phi; the check gives it no "
-               "sampler log-probs); " if fid == "loss.vespo" else
+            + ("is_level none and opsm_delta null (VESPO folds the sampler's ratio into phi, with --sampler: each "
+               "row's total log-ratio to the sampler spread as without); " if fid == "loss.vespo" else
                "is_level none and opsm_delta null (the check draws the sampler's log-probs for MiniRL's own weight, "
                "both sides of its cap); " if fid == "loss.minirl" else
                "its IS weight any (level, mode, bounds, clamp); its OPSM any, with an IS weight at the token or "
@@ -1775,8 +1805,11 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
             def token_terms(sl):
                 return _sapo_terms(l[sl], old[sl], adv[sl], mask[sl], p["tau_pos"], p["tau_neg"], clamp, El_of(sl))
         elif formula == "loss.vespo":
+            folded = tensors["sampler_logprobs"].detach() if "sampler_logprobs" in tensors else None
+
             def token_terms(sl):
-                return _vespo_terms(l[sl], old[sl], adv[sl], mask[sl], p, El is not None)
+                return _vespo_terms(l[sl], old[sl], adv[sl], mask[sl], p, El is not None,
+                                    None if folded is None else folded[sl])
         elif formula == "loss.gmpo":
             def token_terms(sl):
                 return _gmpo_terms(l[sl], old[sl], adv[sl], mask[sl], p["eps_low"], p["eps_high"])
@@ -1975,10 +2008,11 @@ def _count(name: str, value, least: int = 1) -> None:
 
 def check_arguments(formula: str, B: int, T: int, dtypes=("float32",), device: str = "cpu", seed: int = 0,
                     params: dict | None = None, chunk: int = 8, vocab: int | None = None,
-                    hidden: int | None = None) -> None:
+                    hidden: int | None = None, sampler: bool = False) -> None:
     """CheckError naming the argument, before any work, for every argument of ``run_checks`` that
     is out of its range: the shape, the dtypes, the device, the seed, the chunk, the formula and its
-    parameters (the reference's own rules, then what the oracle's scale covers), --vocab and --hidden."""
+    parameters (the reference's own rules, then what the oracle's scale covers), --vocab, --hidden
+    and --sampler."""
     _count("--shape B", B)
     _count("--shape T", T)
     if isinstance(dtypes, str) or not dtypes or any(d not in tolerance.DTYPES for d in dtypes):
@@ -1995,6 +2029,12 @@ def check_arguments(formula: str, B: int, T: int, dtypes=("float32",), device: s
         raise CheckError(f"{formula}: no oracle scale; formulas with one: {', '.join(ORACLE_FORMULAS)}")
     if params is not None and not isinstance(params, dict):
         raise CheckError(f"params must be a dict of parameter name -> value, got {type(params).__name__}")
+    if sampler and formula != "loss.vespo":
+        raise CheckError(f"--sampler applies to loss.vespo only, which folds the sampler's log-probs into phi; a check "
+                         f"of {formula} gets them where its options read them (an IS weight, OPSM)")
+    if sampler and vocab is not None:
+        raise CheckError("--sampler: from hidden states (--vocab) loss.vespo is checked without sampler log-probs (the "
+                         "head protocol has none); leave out --sampler or --vocab")
     if formula in VOCAB_FORMULAS:
         if vocab is None:
             raise CheckError(f"{formula} needs --vocab V (the vocabulary size of the linear head)")
@@ -2022,7 +2062,7 @@ def check_arguments(formula: str, B: int, T: int, dtypes=("float32",), device: s
             from pgspec.reference import evaluate
 
             try:
-                tiny = check_inputs(formula, 1, 2, 0, dict(params or {}))
+                tiny = check_inputs(formula, 1, 2, 0, dict(params or {}), sampler)
                 evaluate(formula, {k: v.tolist() for k, v in tiny.items()}, dict(params or {}))
             except SpecError as e:
                 raise CheckError(f"--param: {e}") from None
@@ -2034,20 +2074,21 @@ def check_arguments(formula: str, B: int, T: int, dtypes=("float32",), device: s
 
 def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", device: str = "cpu", seed: int = 0,
               params: dict | None = None, chunk: int = 8, vocab: int | None = None,
-              hidden: int | None = None) -> CheckResult:
+              hidden: int | None = None, sampler: bool = False) -> CheckResult:
     """The check of ``formula`` at [B, T] for ``adapter`` in ``dtype`` (``run_checks`` for one dtype)."""
-    return run_checks(adapter, formula, B, T, [dtype], device, seed, params, chunk, vocab, hidden)[0]
+    return run_checks(adapter, formula, B, T, [dtype], device, seed, params, chunk, vocab, hidden, sampler)[0]
 
 
 def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), device: str = "cpu", seed: int = 0,
                params: dict | None = None, chunk: int = 8, vocab: int | None = None,
-               hidden: int | None = None) -> list[CheckResult]:
+               hidden: int | None = None, sampler: bool = False) -> list[CheckResult]:
     """One CheckResult per dtype of ``dtypes``, in order.  The oracle does not depend on the
     adapter's dtype (float64 on the same seeded inputs): it is evaluated once for all of them, and
-    each result's ``oracle_seconds`` is that one evaluation's time."""
+    each result's ``oracle_seconds`` is that one evaluation's time.  ``sampler``: give loss.vespo the
+    sampler's log-probs, which it folds into phi (``check_inputs``)."""
     import torch
 
-    check_arguments(formula, B, T, dtypes, device, seed, params, chunk, vocab, hidden)
+    check_arguments(formula, B, T, dtypes, device, seed, params, chunk, vocab, hidden, sampler)
     from .runner import ADAPTER_ATTRIBUTES
 
     lacking = [a for a in ADAPTER_ATTRIBUTES if not hasattr(adapter, a)]
@@ -2074,7 +2115,7 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
             todo.append(res)
     if not todo:
         return results
-    arrays = check_inputs(formula, B, T, seed, params)
+    arrays = check_inputs(formula, B, T, seed, params, sampler)
     t = time.perf_counter()
     ref_out, ref_grads, scales = oracle(formula, arrays, params, device, chunk)
     seconds = time.perf_counter() - t

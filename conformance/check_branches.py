@@ -106,7 +106,9 @@ def branches(formula: str, arrays: dict, params: dict) -> list[Branch]:
         found.append(_sides("advantage's sign (tau_pos for A > 0, else tau_neg)", "tokens", mask, **{
             "A > 0": a > 0, "A <= 0": a <= 0}))
     elif formula == "loss.vespo":
-        found += _vespo(d, mask, adv, rows, p)
+        folded = arrays.get("sampler_logprobs")
+        x = None if folded is None else np.where(mask, old - np.asarray(folded, dtype=np.float64), 0.0)
+        found += _vespo(d, x, mask, adv, rows, p)
     if p.get("is_level", "none") != "none" and formula not in ("loss.vespo", "loss.minirl"):
         found.append(_is(old, np.asarray(arrays["sampler_logprobs"], dtype=np.float64), mask, rows, p))
     if p.get("opsm_delta") is not None:
@@ -168,7 +170,9 @@ def _cispo(d, mask, p) -> Branch:
         "truncated below": r < lo, "inside": (r >= lo) & (r <= hi), "truncated above": r > hi})
 
 
-def _vespo(d, mask, adv, rows, p) -> list:
+def _vespo(d, x, mask, adv, rows, p) -> list:
+    """VESPO's clamp of each log-ratio d, of each folded sampler log-ratio x = l_old - l_sampler (None:
+    no sampler log-probs), of the row's log-weight, and its (k, lambda) pair by the advantage's sign."""
     c = p["log_ratio_clamp"]
     found = []
     if c is not None:
@@ -176,6 +180,11 @@ def _vespo(d, mask, adv, rows, p) -> list:
         d = np.clip(d, -float(c), float(c))
     s = np.where(mask, d, 0.0).sum(-1)
     lo, hi = math.log(float(p["min_weight"])), p["max_log_weight"]
+    if x is not None:
+        top = math.inf if hi is None else float(hi)
+        found.append(_sides("sampler log-ratio clip", "tokens", mask, **{
+            "below log min_weight": x < lo, "inside": (x >= lo) & (x <= top), "above max_log_weight": x > top}))
+        s = s + np.where(mask, np.clip(x, lo, top), 0.0).sum(-1)
     sides = {"below log min_weight": s < lo}
     sides["inside"] = (s >= lo) & (s <= (math.inf if hi is None else float(hi)))
     if hi is not None:

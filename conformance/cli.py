@@ -442,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--chunk", type=int, default=8, help="sequences per chunk of the oracle's scale pass")
     c.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a formula parameter (JSON value)")
     c.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
+    c.add_argument("--sampler", action="store_true",
+                   help="give loss.vespo the sampler's log-probs, which it folds into phi (TRL's and Liger's vLLM "
+                        "correction); the other losses get them where their options read them")
     c.set_defaults(func=_check)
     return parser
 
@@ -473,7 +476,7 @@ def _check(args) -> int:
             raise check.CheckError(str(e)) from None
         adapter = runner.load_adapter(args.adapter)
         results = check.run_checks(adapter, args.formula, B, T, dtypes, args.device, args.seed, params, args.chunk,
-                                   vocab=args.vocab, hidden=args.hidden)
+                                   vocab=args.vocab, hidden=args.hidden, sampler=args.sampler)
     except (check.CheckError, runner.RunError) as e:
         print(f"pgspec check: {e}", file=sys.stderr)
         return 2

@@ -163,6 +163,18 @@ def test_fused_linear_loss_passes_the_vocabulary_check_with_the_kl_term(formula,
     assert r.outcome == "unsupported", r.message
 
 
+@pytest.mark.parametrize("spec", ["liger", "pgspec.adapters.liger:make_fused_adapter"])
+def test_vespo_with_the_sampler_folded_passes_the_check(spec):
+    """VESPO with the sampler's log-probs (pgspec check --sampler): the adapter passes Liger
+    vllm_is_ratio = exp(l_old - l_sampler), which Liger folds into phi as the spec does; in float32,
+    where the check's bound on phi is tight, at 8 rows of 1,024 tokens."""
+    from pgspec.conformance import check
+
+    (r,) = check.run_checks(runner.load_adapter(spec), "loss.vespo", 8, 1024, dtypes=["float32"], sampler=True)
+    assert r.outcome == "pass", r.message
+    assert [(o.output, o.failures) for o in r.outputs] == [("loss", 0), ("grad.logprobs", 0)]
+
+
 def test_fused_linear_luspo_at_token_level_is_the_declared_bug_from_hidden_states():
     """LUSPO at token level from hidden states fails as Liger's declared bug (deviations.toml: padding enters
     the loss), and the check reports it so: a known bug, not an unexpected failure."""

@@ -194,6 +194,32 @@ def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, pa
     _agree_on(formula, arrays, params)
 
 
+@pytest.mark.parametrize("params", [{}, {"beta": 0.04}, {"max_log_weight": 0.5, "min_weight": 0.5},
+                                    {"log_ratio_clamp": 0.05, "max_log_weight": 1.0, "min_weight": 0.2},
+                                    {"max_log_weight": 3.0, "min_weight": 0.9}])     # tokens' x clipped below, rows not
+def test_oracle_agrees_with_the_reference_on_vespo_with_the_sampler_folded(params):
+    """VESPO with the sampler's log-probs (``--sampler``): its row's log-weight sums a second term per
+    token, the clipped l_old - l_sampler; on the 9-row batch with empty rows, and with bounds that clip
+    rows and tokens."""
+    arrays = check.check_inputs("loss.vespo", 9, 40, 5, params, sampler=True)
+    arrays["mask"][[2, 6]] = False
+    arrays["mask"][8, 3:] = False
+    _agree_on("loss.vespo", arrays, params)
+
+
+def test_the_sampler_log_probs_of_a_vespo_check_spread_its_rows_total():
+    """Each row's total sum_t (l - l_sampler), what VESPO's weight is computed from, lies in VESPO_SPREAD
+    (within the bfloat16 rounding of a row's 512 terms), over its range; exact in bfloat16."""
+    arrays = check.check_inputs("loss.vespo", 64, 512, 3, {}, sampler=True)
+    l, sampler, mask = arrays["logprobs"], arrays["sampler_logprobs"], arrays["mask"]
+    assert torch.equal(torch.from_numpy(sampler).to(torch.bfloat16).double(), torch.from_numpy(sampler))
+    total = np.where(mask, l - sampler, 0.0).sum(-1)
+    lo, hi = check.VESPO_SPREAD
+    assert (total > lo - 0.5).all() and (total < hi + 0.5).all()
+    assert total.min() < lo + 0.5 and total.max() > hi - 0.5
+    assert not np.allclose(np.where(mask, arrays["old_logprobs"] - sampler, 0.0), 0.0)
+
+
 def test_the_torch_backends_document_sums_keep_the_spec_bound_in_bfloat16():
     """The torch backend summed each document with index_add, one token after another in bfloat16: a
     document of thousands of tokens lost most of its sum (the check at 64 x 32768 failed by 1.9 bounds); its
@@ -542,6 +568,22 @@ def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeyp
         check.check_inputs("loss.grpo", 2, 64, 1, {"kl_estimator": "k1", "kl_output_max": 0.3})
 
 
+def test_a_vespo_kernel_that_drops_the_sampler_is_caught():
+    """A VESPO kernel that ignores the sampler's log-probs (TRL's importance_sampling_ratio not folded
+    into phi) fails the check with --sampler, as the torch backend passes it."""
+    torch_adapter = runner.load_adapter("torch")
+
+    def ignores(inputs, p):
+        return torch_adapter.implementations["loss.vespo"]({k: v for k, v in inputs.items()
+                                                            if k != "sampler_logprobs"}, p)
+
+    adapter = Adapter("drops-sampler", "test", "0", implementations={"loss.vespo": ignores})
+    res = check.run_check(adapter, "loss.vespo", 8, 2048, "float32", sampler=True)
+    assert res.outcome == "fail" and res.outputs[1].failures > 2048, res.message
+    assert check.run_check(torch_adapter, "loss.vespo", 8, 2048, "float32", sampler=True).outcome == "pass"
+    assert check.run_check(adapter, "loss.vespo", 8, 2048, "float32").outcome == "pass"     # without: no sampler
+
+
 @pytest.mark.parametrize("formula, B, params, unbounded", [
     ("loss.gspo", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),                          # never clips its ratio
     ("loss.luspo", 8, {}, {"eps_low": 1.0, "eps_high": 1e6}),
@@ -652,7 +694,7 @@ def test_a_kernel_that_never_clips_is_caught(monkeypatch):
     res = check.run_check(adapter, "loss.bnpo", 4, 2048, "float32")
     assert res.outcome == "fail" and res.outputs[1].failures > 2048, res.message
     assert check.run_check(torch_adapter, "loss.bnpo", 4, 2048, "float32").outcome == "pass"
-    monkeypatch.setattr(check, "check_inputs", lambda formula, B, T, seed, params: check.seeded_inputs(formula, B, T, seed))
+    monkeypatch.setattr(check, "check_inputs", lambda formula, B, T, seed, params, sampler=False: check.seeded_inputs(formula, B, T, seed))
     assert check.run_check(adapter, "loss.bnpo", 4, 2048, "float32").outcome == "pass"
 
 
@@ -865,6 +907,10 @@ def test_logprob_check_usage_errors():
     ("loss.grpo", {"params": {"beta": 0, "entropy_quantile": 0.2}, "vocab": 100},
      r"\(entropy_quantile=0.2\) from hidden states \(--vocab\); give --param entropy_quantile=null"),
     ("loss.grpo", {"params": {"beta": 0, "opsm_delta": -1}}, r"--param: loss.grpo: parameter 'opsm_delta'"),
+    ("loss.grpo", {"sampler": True}, r"--sampler applies to loss.vespo only, .* a check of loss.grpo gets them where "
+                                     r"its options read them \(an IS weight, OPSM\)$"),
+    ("loss.vespo", {"sampler": True, "vocab": 100}, r"--sampler: from hidden states \(--vocab\) loss.vespo is checked "
+                                                     r"without sampler log-probs"),
     ("loss.grpo", {"params": {"is_level": "token", "is_c_min": 3, "is_c_max": 2}},
      r"--param: loss.grpo: parameter 'is_c_min' must be <= 'is_c_max'"),       # was a ValueError of the oracle
     ("loss.grpo", {"params": {"is_level": "sequence", "is_mode": "mask", "is_c_max": None}},

@@ -140,3 +140,15 @@ def test_every_loss_with_an_oracle_reports_a_decision():
         params = {} if formula != "loss.cispo" else {"aggregation": "token_mean"}
         assert cb.branches(formula, check.check_inputs(formula, 4, 64, 1, params), params), formula
     assert {f for f in REGISTRY if f.startswith("loss.")} >= set(losses)
+
+
+def test_the_cli_gives_vespo_the_sampler_with_its_flag(tmp_path):
+    """`pgspec check --formula loss.vespo --sampler`: VESPO gets the sampler's log-probs, and reports
+    the clip of the sampler's log-ratio it folds into phi; without the flag, neither."""
+    path = tmp_path / "v.json"
+    assert cli.main(["check", "--formula", "loss.vespo", "--shape", "4x64", "--sampler", "--json", str(path)]) == 0
+    names = [b["name"] for b in json.loads(path.read_text())["branches"]]
+    assert "sampler log-ratio clip" in names
+    assert cli.main(["check", "--formula", "loss.vespo", "--shape", "4x64", "--json", str(path)]) == 0
+    assert "sampler log-ratio clip" not in [b["name"] for b in json.loads(path.read_text())["branches"]]
+    assert cli.main(["check", "--formula", "loss.grpo", "--shape", "4x64", "--sampler"]) == 2
