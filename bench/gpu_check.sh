@@ -104,6 +104,8 @@ for s in $LPS; do
     # the sequence-level GSPO (importance_sampling_level="sequence") and SAPO, from hidden states
     step "liger-fused-vocab-gspo-$s" "$lim" --formula loss.gspo --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
     step "liger-fused-vocab-sapo-$s" "$lim" --formula loss.sapo --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype bfloat16,float32 --device "$DEV"
+    # VESPO with the sampler's log-probs folded into phi (vllm_is_ratio, as TRL passes it under vLLM); float32 judges phi
+    step "liger-fused-vocab-vespo-sampler-$s" "$lim" --formula loss.vespo --sampler --vocab "$V" --shape "$s" --adapter pgspec.adapters.liger:make_fused_adapter --dtype float32,bfloat16 --device "$DEV"
 done
 "$PY" - "$OUT" <<'PYEOF' | tee "$OUT/table.md"
 import json, pathlib, sys

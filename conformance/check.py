@@ -920,7 +920,7 @@ def _cispo_terms(l, old, adv, mask, cap_form, eps_low, eps_high, clamp):
 
 def _vespo_terms(l, old, adv, mask, p, inexact_l=False, sampler=None):
     """The reference's VESPO nodes (reference.loss.vespo, reference.surrogate.vespo_log_weight and
-    vespo_phi; no sampler log-probs): per row, s = a sum node over sg[clip(d_t, -c, c)] (d_t = l_t -
+    vespo_phi): per row, s = a sum node over sg[clip(d_t, -c, c)] (d_t = l_t -
     l_old, E = |d|; a clamped d is the bound, E = c; its short exact terms leave no residue), log w =
     clip(s, log min_weight, max_log_weight) (a clipped s is the bound, E = |bound|), phi = the fused
     node vespo_phi (its stated rounding |phi| (1 + |k z| + |lam + k z| + |lam + k z - lam w| + 2 |lam w|
@@ -1758,8 +1758,10 @@ def oracle_params(formula: str, params: dict, head: bool = False) -> dict:
                          f"an IS weight or OPSM (is_level={p['is_level']!r}, opsm_delta={p['opsm_delta']!r}); give "
                          f"--param is_level=none --param opsm_delta=null")
     if p.get("opsm_delta") is not None and formula == "loss.vespo":
-        raise CheckError(f"{formula}: the check gives VESPO no sampler log-probs, which OPSM needs and VESPO would fold "
-                         f"into phi (opsm_delta={p['opsm_delta']!r}); give --param opsm_delta=null")
+        raise CheckError(f"{formula}: OPSM and VESPO would both read the sampler's log-probs, and OPSM's row means "
+                         f"off its delta leave VESPO's folded log-weights at their clips (opsm_delta="
+                         f"{p['opsm_delta']!r}); give --param opsm_delta=null (--sampler gives VESPO the sampler's "
+                         f"log-probs)")
     if p.get("opsm_delta") is not None and p.get("is_level") == "sequence":
         raise CheckError(f"{formula}: with OPSM the check draws the sampler's log-probs off the kinks of an IS weight at "
                          f"the token or geometric level, not the sequence level, whose log-weight, a sum over the row "
@@ -2032,9 +2034,6 @@ def check_arguments(formula: str, B: int, T: int, dtypes=("float32",), device: s
     if sampler and formula != "loss.vespo":
         raise CheckError(f"--sampler applies to loss.vespo only, which folds the sampler's log-probs into phi; a check "
                          f"of {formula} gets them where its options read them (an IS weight, OPSM)")
-    if sampler and vocab is not None:
-        raise CheckError("--sampler: from hidden states (--vocab) loss.vespo is checked without sampler log-probs (the "
-                         "head protocol has none); leave out --sampler or --vocab")
     if formula in VOCAB_FORMULAS:
         if vocab is None:
             raise CheckError(f"{formula} needs --vocab V (the vocabulary size of the linear head)")
@@ -2102,7 +2101,7 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
         return run_logprob_checks(adapter, B, T, vocab, hidden, list(dtypes), device, seed, dict(params or {}))
     if formula in HEAD_LOSS_FORMULAS and vocab is not None:
         return run_head_loss_checks(adapter, formula, B, T, vocab, hidden, list(dtypes), device, seed,
-                                    dict(params or {}), chunk)
+                                    dict(params or {}), chunk, sampler)
     if device == "cuda" and not torch.cuda.is_available():
         raise CheckError("--device cuda: no CUDA device is available")
     params = dict(params or {})
@@ -2333,7 +2332,8 @@ def run_logprob_checks(adapter, B, T, V, H, dtypes, device, seed, params) -> lis
     return results
 
 
-def run_head_loss_checks(adapter, formula, B, T, V, H, dtypes, device, seed, params, chunk=8) -> list[CheckResult]:
+def run_head_loss_checks(adapter, formula, B, T, V, H, dtypes, device, seed, params, chunk=8,
+                         sampler: bool = False) -> list[CheckResult]:
     """A token loss (check_head_loss.FORMULAS) from hidden states [B, T, H] and an LM head [V, H]
     (check_head_loss.py), one CheckResult per dtype: the float64 oracle first (the old log-probs are
     drawn around its log-probs), then the adapter's head (``adapter.heads[formula]``) in each dtype,
@@ -2350,25 +2350,29 @@ def run_head_loss_checks(adapter, formula, B, T, V, H, dtypes, device, seed, par
     for dtype in dtypes:
         res = CheckResult(adapter.name, formula, dtype, device, [B, T], seed, "pass", vocab=V, hidden=H, path="head")
         results.append(res)
-        if head is None or dtype not in adapter.dtypes or (kl and not hl.takes_ref_logprobs(head)):
+        lacks = [k for k, wanted in (("ref_logprobs", kl), ("sampler_logprobs", sampler))
+                 if wanted and head is not None and not hl.takes_keyword(head, k)]
+        if head is None or dtype not in adapter.dtypes or lacks:
             res.outcome = "unsupported"
             res.message = (f"{adapter.name} has no fused head for {formula} (adapter.heads[{formula!r}], "
                            f"conformance/check_head_loss.py HEAD_PROTOCOL)" if head is None else
                            f"{adapter.name} does not run in {dtype}" if dtype not in adapter.dtypes else
                            f"{adapter.name}'s fused head for {formula} takes no ref_logprobs: it has no KL term "
-                           f"(beta={p['beta']}; conformance/check_head_loss.py HEAD_PROTOCOL)")
+                           f"(beta={p['beta']}; conformance/check_head_loss.py HEAD_PROTOCOL)" if lacks[0] == "ref_logprobs"
+                           else f"{adapter.name}'s fused head for {formula} takes no sampler_logprobs: it folds none "
+                           f"into phi (--sampler; conformance/check_head_loss.py HEAD_PROTOCOL)")
     if not any(r.outcome == "pass" for r in results):
         return results
     adv = seeded_inputs(formula, B, T, seed)["advantages"]
     t = time.perf_counter()
-    ref = hl.oracle(arrays, adv, p, device, seed, chunk=chunk, formula=formula)
+    ref = hl.oracle(arrays, adv, p, device, seed, chunk=chunk, formula=formula, sampler=True if sampler else None)
     seconds = time.perf_counter() - t
     y = torch.as_tensor(arrays["targets"], device=device)
     m = torch.as_tensor(arrays["mask"], device=device)
     N = B * T
     family = REGISTRY[formula].family
     found = cb.branches(formula, {"mask": arrays["mask"], **{k: ref[k].cpu().numpy() for k in (
-        "logprobs", "old_logprobs", "advantages", "ref_logprobs") if k in ref}}, p)
+        "logprobs", "old_logprobs", "advantages", "ref_logprobs", "sampler_logprobs") if k in ref}}, p)
     for res in results:
         if res.outcome != "pass":
             continue
@@ -2379,7 +2383,7 @@ def run_head_loss_checks(adapter, formula, B, T, V, H, dtypes, device, seed, par
         W = torch.as_tensor(arrays["weight"], device=device).to(tdtype)
         side = getattr(torch, compare.TORCH_DTYPES[hl.side_dtype(res.dtype)])
         old, adv_t = ref["old_logprobs"].to(side), ref["advantages"].to(side)        # exact (float32 values)
-        extra = {"ref_logprobs": ref["ref_logprobs"].to(side)} if kl else {}           # exact (bfloat16 values)
+        extra = {k: ref[k].to(side) for k in ("ref_logprobs", "sampler_logprobs") if k in ref}  # exact (bfloat16 values)
 
         def work():
             out = head(X, W, y, m, old, adv_t, dict(p), **extra)

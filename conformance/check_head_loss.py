@@ -1,8 +1,9 @@
 """`pgspec check --formula loss.grpo --vocab V`: a token loss from hidden states and an LM head.
 
 The losses ``FORMULAS`` (GRPO, BNPO, Dr.GRPO, DAPO and CISPO with the batch-pooled token mean, and the
-sequence-level GSPO and LUSPO, SAPO, and VESPO without sampler log-probs), with or without their KL term (beta > 0: any estimator, clamps and aggregation), their IS weight, OPSM
-and entropy mask off.  A fused linear loss (Liger's ``LigerFusedLinearGRPOLoss``,
+sequence-level GSPO and LUSPO, SAPO, and VESPO, with ``--sampler`` the sampler's log-probs it folds into
+phi), with or without their KL term (beta > 0: any estimator, clamps and aggregation), their IS weight,
+OPSM and entropy mask off.  A fused linear loss (Liger's ``LigerFusedLinearGRPOLoss``,
 whose ``loss_type`` picks the loss) takes the hidden states X [B, T, H] and
 the LM head W [V, H], computes the token log-probs l = log softmax(X W^T)_y chunk by chunk, and the
 loss on them, and returns the gradient with respect to X: the log-prob step and the loss arithmetic
@@ -22,7 +23,9 @@ other inputs:
   (GSPO, LUSPO at ratio_level 'sequence') has each row's mean log-ratio so placed instead
   (``check.old_logprobs_per_sequence``), SAPO's smooth gate a wide spread of ratios
   (``check.old_logprobs_spread``), VESPO's row sums spread (``check.old_logprobs_row_sums``), each as
-  the check without --vocab draws them around the input l.  Old log-probs and
+  the check without --vocab draws them around the input l; with ``--sampler``, VESPO's sampler
+  log-probs so that each row's total log-ratio to them is spread (``check.sampler_logprobs_for_vespo``),
+  passed as the old log-probs are.  Old log-probs and
   advantages reach the adapter in float32 in a bfloat16 or float16 run (as training frameworks keep
   them), in the run's dtype otherwise: exact in every case;
 - with the KL term, reference log-probs l_ref = l + x, x drawn by ``check.ref_logprobs_spread`` around
@@ -65,23 +68,26 @@ FORMULAS = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo",
             "loss.vespo")
 
 HEAD_PROTOCOL = """adapter.heads[formula](hidden [B,T,H], weight [V,H], targets [B,T] int64, mask [B,T] bool,
-old_logprobs [B,T], advantages [B], params[, ref_logprobs=[B,T]]) -> {"loss": scalar, "grad": {"hidden": [B,T,H]}}:
+old_logprobs [B,T], advantages [B], params[, ref_logprobs=[B,T]][, sampler_logprobs=[B,T]])
+-> {"loss": scalar, "grad": {"hidden": [B,T,H]}}:
 the loss (one of loss.grpo, loss.bnpo, loss.dr_grpo, loss.dapo, loss.cispo, loss.gspo, loss.luspo, loss.sapo,
 loss.vespo) on the log-probs log softmax(hidden weight^T)_targets (temperature 1), the gradient that of the loss;
-hidden and weight in the run's dtype, old_logprobs, advantages and ref_logprobs in float32 in a bfloat16 or float16 run, else in the run's dtype;
+hidden and weight in the run's dtype, old_logprobs, advantages, ref_logprobs and sampler_logprobs in float32 in a bfloat16 or float16 run, else in the run's dtype;
 params are the formula's (IS weight, OPSM and entropy mask off; loss.dapo's and loss.cispo's aggregation token_mean);
-ref_logprobs, the KL term's reference log-probs, is passed where params' beta > 0, and only then."""
+ref_logprobs, the KL term's reference log-probs, is passed where params' beta > 0, and only then;
+sampler_logprobs, the sampler's log-probs that loss.vespo folds into phi, is passed with --sampler, and only then."""
 
 
-def takes_ref_logprobs(head) -> bool:
-    """Whether ``head`` takes the keyword ref_logprobs (a head without it has no KL term to check)."""
+def takes_keyword(head, name: str) -> bool:
+    """Whether ``head`` takes the keyword ``name``: ref_logprobs (a head without it has no KL term to
+    check), sampler_logprobs (none to fold into VESPO's phi)."""
     import inspect
 
     try:
         ps = inspect.signature(head).parameters.values()
     except (TypeError, ValueError):
         return True         # not introspectable: called, and judged on what it does
-    return any(q.kind == q.VAR_KEYWORD or (q.name == "ref_logprobs" and q.kind != q.POSITIONAL_ONLY) for q in ps)
+    return any(q.kind == q.VAR_KEYWORD or (q.name == name and q.kind != q.POSITIONAL_ONLY) for q in ps)
 
 
 def side_dtype(dtype: str) -> str:
@@ -110,16 +116,16 @@ def old_logprobs(lp: np.ndarray, mask: np.ndarray, seed: int, eps_low: float, ep
     return np.where(mask, lp - rho, 0.0).astype(np.float32).astype(np.float64)
 
 
-def loss_oracle(formula, lp, El, old, adv, mask, params: dict, chunk: int = 8, ref=None):
+def loss_oracle(formula, lp, El, old, adv, mask, params: dict, chunk: int = 8, ref=None, sampler=None):
     """(loss, dloss/dl [B, T], E(loss), A_l [B, T], C_l [B, T]) of ``formula`` on float64 log-probs
     ``lp`` [B, T] with forward errors ``El`` [B, T] (tensors on one device; ``ref``: the KL term's
-    reference log-probs, where beta > 0)."""
+    reference log-probs, where beta > 0; ``sampler``: the sampler's log-probs VESPO folds into phi)."""
     from . import check, compare, runner
 
     torch_adapter = runner.load_adapter("torch")
     l = lp.detach().clone().requires_grad_(True)
     tensors = {"logprobs": l, "old_logprobs": old, "advantages": adv, "mask": mask,
-               **({} if ref is None else {"ref_logprobs": ref})}
+               **({} if ref is None else {"ref_logprobs": ref}), **({} if sampler is None else {"sampler_logprobs": sampler})}
     out, grads = compare.call(torch_adapter, formula, tensors, params)
     sc = check.oracle_scales(formula, tensors, params, chunk, El=El, split=True)
     S_l, A_l = sc["grad.logprobs"], sc["A.logprobs"]
@@ -127,16 +133,17 @@ def loss_oracle(formula, lp, El, old, adv, mask, params: dict, chunk: int = 8, r
 
 
 def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, old=None, ref=None,
-           chunk_tokens: int | None = None, chunk: int = 8, formula: str = "loss.grpo"):
+           chunk_tokens: int | None = None, chunk: int = 8, formula: str = "loss.grpo", sampler=None):
     """The composite's float64 oracle of ``formula`` on the head ``arrays`` (check_logprob.seeded_head) with
     advantages ``adv`` [B] and old log-probs ``old`` [B, T] (numpy; None: drawn from the oracle's
     log-probs and ``seed`` by ``old_logprobs_for``), ``params`` the formula's (check.oracle_params); with
     beta > 0 the KL term's reference log-probs ``ref`` [B, T] (numpy; None: drawn around the oracle's
-    log-probs by ``check.ref_logprobs_spread``); positions
+    log-probs by ``check.ref_logprobs_spread``); for loss.vespo ``sampler``, the sampler's log-probs it
+    folds into phi ([B, T] numpy; True: drawn by ``check.sampler_logprobs_for_vespo``; None: none); positions
     ``chunk_tokens`` at a time for the log-prob step, sequences ``chunk`` at a time for the loss's scales:
     {"loss", "E(loss)", "grad.hidden" [N, H], "S(grad.hidden)" [N, H], "logprobs" [B, T] (the oracle's),
-    "old_logprobs" [B, T], "advantages" [B], and with beta > 0 "ref_logprobs" [B, T]} (float64 tensors
-    on ``device``; N = B T)."""
+    "old_logprobs" [B, T], "advantages" [B], with beta > 0 "ref_logprobs" [B, T], with ``sampler``
+    "sampler_logprobs" [B, T]} (float64 tensors on ``device``; N = B T)."""
     import torch
 
     from . import check_logprob as lp
@@ -163,10 +170,19 @@ def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, 
 
             ref = ref_logprobs_spread(lp_all.reshape(B, T).cpu().numpy(), arrays["mask"], seed, params, old)
         ref_t = torch.as_tensor(ref, dtype=torch.float64, device=device)
+    sampler_t = None
+    if sampler is not None:
+        if sampler is True:
+            from .check import sampler_logprobs_for_vespo
+
+            sampler = sampler_logprobs_for_vespo(lp_all.reshape(B, T).cpu().numpy(), np.asarray(old), arrays["mask"],
+                                                 seed)
+        sampler_t = torch.as_tensor(sampler, dtype=torch.float64, device=device)
     loss, g, Ev, A_l, C_l = loss_oracle(formula, lp_all.reshape(B, T), El.reshape(B, T), old_t, adv_t, mask, params,
-                                        chunk, ref_t)
+                                        chunk, ref_t, sampler_t)
     with torch.no_grad():
         gX = g1.mul_(g.reshape(N, 1))                                   # dloss/dl_t dl_t/dX_t
         SX = S1.mul_(A_l.reshape(N, 1)).add_(P1.mul_(C_l.reshape(N, 1)))
     return {"loss": loss, "E(loss)": Ev, "grad.hidden": gX, "S(grad.hidden)": SX, "logprobs": lp_all.reshape(B, T),
-            "old_logprobs": old_t, "advantages": adv_t, **({} if ref_t is None else {"ref_logprobs": ref_t})}
+            "old_logprobs": old_t, "advantages": adv_t, **({} if ref_t is None else {"ref_logprobs": ref_t}),
+            **({} if sampler_t is None else {"sampler_logprobs": sampler_t})}

@@ -175,6 +175,17 @@ def test_vespo_with_the_sampler_folded_passes_the_check(spec):
     assert [(o.output, o.failures) for o in r.outputs] == [("loss", 0), ("grad.logprobs", 0)]
 
 
+def test_fused_linear_vespo_with_the_sampler_folded_passes_from_hidden_states():
+    """`pgspec check --formula loss.vespo --vocab V --sampler`: LigerFusedLinearGRPOLoss gets the sampler's
+    log-probs as vllm_is_ratio and passes in bfloat16 and float32."""
+    from pgspec.conformance import check
+
+    a = runner.load_adapter("pgspec.adapters.liger:make_fused_adapter")
+    results = check.run_checks(a, "loss.vespo", 2, 64, dtypes=["bfloat16", "float32"], vocab=9000, sampler=True)
+    assert [(r.dtype, r.outcome) for r in results] == [("bfloat16", "pass"), ("float32", "pass")], \
+        [r.message for r in results]
+
+
 def test_fused_linear_luspo_at_token_level_is_the_declared_bug_from_hidden_states():
     """LUSPO at token level from hidden states fails as Liger's declared bug (deviations.toml: padding enters
     the loss), and the check reports it so: a known bug, not an unexpected failure."""

@@ -902,15 +902,14 @@ def test_logprob_check_usage_errors():
     ("loss.grpo", {"params": {"opsm_delta": 0.1, "is_level": "sequence"}},
      r"with OPSM .* at the token or geometric level, not the sequence level.*give --param is_level=token or geometric, "
      r"or --param opsm_delta=null$"),
-    ("loss.vespo", {"params": {"opsm_delta": 0.1}}, r"gives VESPO no sampler log-probs.*give --param opsm_delta=null$"),
+    ("loss.vespo", {"params": {"opsm_delta": 0.1}}, r"OPSM and VESPO would both read the sampler's log-probs.*give "
+                                                     r"--param opsm_delta=null \(--sampler gives VESPO"),
     ("loss.minirl", {"params": {"is_level": "token"}}, r"MiniRL's sampler log-probs for its own weight.*is_level='token'"),
     ("loss.grpo", {"params": {"beta": 0, "entropy_quantile": 0.2}, "vocab": 100},
      r"\(entropy_quantile=0.2\) from hidden states \(--vocab\); give --param entropy_quantile=null"),
     ("loss.grpo", {"params": {"beta": 0, "opsm_delta": -1}}, r"--param: loss.grpo: parameter 'opsm_delta'"),
     ("loss.grpo", {"sampler": True}, r"--sampler applies to loss.vespo only, .* a check of loss.grpo gets them where "
                                      r"its options read them \(an IS weight, OPSM\)$"),
-    ("loss.vespo", {"sampler": True, "vocab": 100}, r"--sampler: from hidden states \(--vocab\) loss.vespo is checked "
-                                                     r"without sampler log-probs"),
     ("loss.grpo", {"params": {"is_level": "token", "is_c_min": 3, "is_c_max": 2}},
      r"--param: loss.grpo: parameter 'is_c_min' must be <= 'is_c_max'"),       # was a ValueError of the oracle
     ("loss.grpo", {"params": {"is_level": "sequence", "is_mode": "mask", "is_c_max": None}},

@@ -12,7 +12,7 @@ from pgspec.conformance import check, check_head_loss, check_logprob, runner
 from pgspec.reference import REGISTRY
 
 
-def _reference(arrays, old, adv, params, formula="loss.grpo", ref=None):
+def _reference(arrays, old, adv, params, formula="loss.grpo", ref=None, sampler=None):
     """(loss, E(loss), dloss/dX [N, H], S(dloss/dX) [N, H]) of l = log_softmax_at(total_h(X_h W_vh)) into
     the reference's ``formula``, by reference._ad (old log-probs, advantages and the KL term's reference
     log-probs ``ref`` tracked as exact inputs, as the generator tracks every real input)."""
@@ -33,7 +33,9 @@ def _reference(arrays, old, adv, params, formula="loss.grpo", ref=None):
         advs = [_ad.Var(mpf(float(a))) for a in adv]
         refs = None if ref is None else \
             [[_ad.Var(mpf(float(ref[b, t]))) if m[b, t] else None for t in range(T)] for b in range(B)]
-        raw = f.func(logprobs=ls, old_logprobs=olds, mask=m.tolist(), advantages=advs, sampler_logprobs=None,
+        mus = None if sampler is None else \
+            [[_ad.Var(mpf(float(sampler[b, t]))) if m[b, t] else None for t in range(T)] for b in range(B)]
+        raw = f.func(logprobs=ls, old_logprobs=olds, mask=m.tolist(), advantages=advs, sampler_logprobs=mus,
                      ref_logprobs=refs, group_ids=None, entropy=None, **check_params(f, params))
         leaves = [x for b in range(B) for t in range(T) if m[b, t] for x in xs[b][t]]
         E, S = _ad.error_scales(raw["loss"], leaves)
@@ -139,18 +141,21 @@ def test_composite_scales_of_the_sequence_losses_and_sapo_equal_reference_ad(for
     assert o["S(grad.hidden)"].numpy() == pytest.approx(scale, rel=1e-9, abs=1e-300)
 
 
-def _torch_head(scale=1.0, formulas=("loss.grpo",), kl_params=None):
+def _torch_head(scale=1.0, formulas=("loss.grpo",), kl_params=None, drop_sampler=False):
     """A head made of the torch backend's own formulas in the run's dtype: logits X W^T, logprob.token, the loss
     (``scale`` multiplies the loss, to make a wrong one; ``kl_params`` replace the check's parameters, to make a
-    wrong KL term)."""
+    wrong KL term; ``drop_sampler``: VESPO's sampler log-probs taken and not folded into phi, a wrong one)."""
     torch_adapter = runner.load_adapter("torch")
 
     def make(fid):
-        def head(hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs=None):
+        def head(hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs=None,
+                 sampler_logprobs=None):
             x = hidden.detach().requires_grad_(True)
             inputs = {"old_logprobs": old_logprobs, "advantages": advantages, "mask": mask}
             if ref_logprobs is not None:
                 inputs["ref_logprobs"] = ref_logprobs.to(hidden.dtype)
+            if sampler_logprobs is not None and not drop_sampler:
+                inputs["sampler_logprobs"] = sampler_logprobs
             with torch.enable_grad():
                 l = torch_adapter.call("logprob.token", {"logits": x @ weight.T, "targets": targets, "mask": mask},
                                        {})["logprobs"]
@@ -262,3 +267,47 @@ def test_a_head_without_ref_logprobs_is_unsupported_with_the_kl_term():
     a.heads = {"loss.grpo": head}
     (r,) = check.run_checks(a, "loss.grpo", 2, 8, vocab=50, params={"beta": 0.04})
     assert r.outcome == "unsupported" and "takes no ref_logprobs" in r.message
+
+
+@pytest.mark.parametrize("given", [{}, {"max_log_weight": 3.0, "min_weight": 0.9, "beta": 0.1},
+                                   {"log_ratio_clamp": 0.05, "max_log_weight": 1.0, "min_weight": 0.2},
+                                   {"T": 4}])    # rows of 4 tokens: 8 terms and l's residue, a depth of 4, not 3
+def test_composite_scales_of_vespo_with_the_sampler_folded_equal_reference_ad(given):
+    """VESPO with the sampler's log-probs (--sampler) from hidden states: its row's log-weight sums the
+    clipped l_old - l_sampler of each token beside l's log-ratios (a sum node of 2 L terms, with l's
+    residue); values and every scale equal reference._ad's, with tokens' sampler terms clipped."""
+    given = dict(given)
+    arrays = check_logprob.seeded_head(4, given.pop("T", 6), 11, 5, seed=7)
+    adv = np.array([0.75, -0.5, 1.25, -1.0])
+    params = check.oracle_params("loss.vespo", {"beta": 0.0, **given}, head=True)
+    o = check_head_loss.oracle(arrays, adv, params, seed=3, formula="loss.vespo", sampler=True)
+    old, sampler = o["old_logprobs"].numpy(), o["sampler_logprobs"].numpy()
+    ref = o["ref_logprobs"].numpy() if "ref_logprobs" in o else None
+    assert (sampler == sampler.astype(np.float32)).all() and (sampler[~arrays["mask"]] == 0).all()
+    loss, E, grad, scale = _reference(arrays, old, adv, {"beta": 0.0, **given}, "loss.vespo", ref, sampler)
+    assert float(o["loss"]) == pytest.approx(loss, rel=1e-13)
+    assert float(o["E(loss)"]) == pytest.approx(E, rel=1e-9)
+    assert o["grad.hidden"].numpy() == pytest.approx(grad, rel=1e-12, abs=1e-300)
+    assert o["S(grad.hidden)"].numpy() == pytest.approx(scale, rel=1e-9, abs=1e-300)
+
+
+def test_a_vespo_head_that_folds_the_sampler_passes_and_one_that_drops_it_fails():
+    """--sampler --vocab: the head gets sampler_logprobs (exact in bfloat16, float32 in a bfloat16 run); a
+    head that folds them into phi passes in both dtypes, one that drops them fails in float32, and one
+    without the keyword is unsupported."""
+    results = check.run_checks(_torch_head(formulas=("loss.vespo",)), "loss.vespo", 3, 40,
+                               dtypes=["bfloat16", "float32"], vocab=700, hidden=16, sampler=True)
+    assert [(r.dtype, r.outcome) for r in results] == [("bfloat16", "pass"), ("float32", "pass")], \
+        [r.message for r in results]
+    assert "sampler log-ratio clip" in [b["name"] for b in results[0].branches]
+    (r,) = check.run_checks(_torch_head(formulas=("loss.vespo",), drop_sampler=True), "loss.vespo", 3, 40,
+                            dtypes=["float32"], vocab=700, hidden=16, sampler=True)
+    assert r.outcome == "fail" and r.outputs[1].failures > 0
+
+    def head(hidden, weight, targets, mask, old_logprobs, advantages, params):
+        raise AssertionError("not called")
+
+    a = Adapter("no-sampler-head", "test", "0", implementations={})
+    a.heads = {"loss.vespo": head}
+    (r,) = check.run_checks(a, "loss.vespo", 2, 8, vocab=50, sampler=True)
+    assert r.outcome == "unsupported" and "takes no sampler_logprobs" in r.message

@@ -42,21 +42,26 @@ def head_loss(fid):
     parameters, as for the loss rows): hidden states and LM head in, its loss and the gradient w.r.t. the
     hidden states out (`pgspec check --formula fid --vocab V`, conformance/check_head_loss.py).  With beta > 0
     the reference model's log-probs come as ``ref_per_token_logps`` (``use_ref_model=True``), as TRL passes
-    them."""
-    def head(hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs=None):
+    them; VESPO's sampler log-probs (``--sampler``) as ``vllm_is_ratio`` = exp(l_old - l_sampler), as TRL
+    computes its importance_sampling_ratio (chunked.vespo_is_ratio)."""
+    def head(hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs=None,
+             sampler_logprobs=None):
         import torch
         from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
 
         inputs = {"mask": mask, "old_logprobs": old_logprobs, "advantages": advantages}
         if ref_logprobs is not None:
             inputs["ref_logprobs"] = ref_logprobs
+        if sampler_logprobs is not None:
+            inputs["sampler_logprobs"] = sampler_logprobs
         cfg, kw = prepare(fid, inputs, params)
         leaf = hidden.detach().requires_grad_(True)
         module = LigerFusedLinearGRPOLoss(compiled=False, use_ref_model="ref" in kw, chunk_size=1, temperature=1.0,
                                           **cfg)
         with torch.enable_grad():
             loss, _ = module(leaf, weight.detach(), targets, kw["mask"], kw["advantages"],
-                             ref_per_token_logps=kw.get("ref"), old_per_token_logps=kw["old"])
+                             ref_per_token_logps=kw.get("ref"), old_per_token_logps=kw["old"],
+                             vllm_is_ratio=kw.get("vllm_is_ratio"))
             (grad,) = torch.autograd.grad(loss, [leaf])
         return {"loss": loss.detach(), "grad": {"hidden": grad}}
 

@@ -91,11 +91,15 @@ def _kernel_loss(triton_grpo_loss, logits, completion_ids, cfg, kw, dev):
 
 def head_loss(fid):
     """``_head_loss`` for the token loss ``fid`` (check_head_loss.FORMULAS)."""
-    return lambda hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs=None: _head_loss(
-        fid, hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs)
+    def head(hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs=None, sampler_logprobs=None):
+        return _head_loss(fid, hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs,
+                          sampler_logprobs)
+
+    return head
 
 
-def _head_loss(fid, hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs=None):
+def _head_loss(fid, hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs=None,
+               sampler_logprobs=None):
     """`pgspec check --formula fid --vocab V` (conformance/check_head_loss.py): triton_grpo_loss on the
     logits ``hidden @ weight^T`` formed in the run's dtype, as a model's LM head hands them over, in the
     (B, T+1, V) layout the kernel takes (its last row is ignored): the kernel's own loop over the
@@ -104,12 +108,15 @@ def _head_loss(fid, hidden, weight, targets, mask, old_logprobs, advantages, par
     row appended before the matmul, so the logits are formed once, already in that layout (a model's head
     also computes the row after the last completion token): the call holds two [B, T+1, V] tensors at its
     peak, the logits and the kernel's gradient of them: about 4 B T V bytes in bfloat16 (8 B T V in float32)
-    must fit in the device's memory.  With beta > 0 the kernel takes ``ref_logprobs`` as its ``ref_logp``."""
+    must fit in the device's memory.  With beta > 0 the kernel takes ``ref_logprobs`` as its ``ref_logp``;
+    VESPO's sampler log-probs (``--sampler``) reach it as ``vllm_is_ratio`` (chunked.vespo_is_ratio)."""
     from liger_kernel.transformers.grpo_loss import triton_grpo_loss
 
     inputs = {"mask": mask, "old_logprobs": old_logprobs, "advantages": advantages}
     if ref_logprobs is not None:
         inputs["ref_logprobs"] = ref_logprobs
+    if sampler_logprobs is not None:
+        inputs["sampler_logprobs"] = sampler_logprobs
     cfg, kw = prepare(fid, inputs, params, check=False)
     B, T = mask.shape
     dev = _kernel_device(hidden)
