@@ -252,7 +252,7 @@ def _kl(l, old, ref, mask, p) -> Branch:
 
     w = np.exp(l - old) if p["kl_estimator"] == "k3_unbiased" else 1.0
     code = _kl_branch(np.where(mask, ref - l, 0.0), w, p)
-    sides = {"inside": code == 0}
+    sides = {"no clamp active": code == 0}
     for k, (name, label) in enumerate(zip(("kl_log_ratio_min", "kl_log_ratio_max", "kl_output_min", "kl_output_max"),
                                           _KL_SIDE)):
         if p[name] is not None:
