@@ -572,8 +572,8 @@ def sampler_logprobs_for_opsm_and_is(l: np.ndarray, old: np.ndarray, mask: np.nd
 
     Rounded to bfloat16 as the old log-probs are; then a row whose kappa_i, or geometric log-weight,
     lies within INSIDE of its kink is drawn again, and a token whose u_t does has its z_t drawn again
-    (the row's mean is kept; a row of at most SHORT_ROW tokens is drawn again whole), up to ROUNDS
-    times.  At the sequence level the row's log-weight is a sum, within REACH of a kink for a row of
+    (the row's other tokens stay, its mean moves by the change / L_i and is checked again; a row of
+    at most SHORT_ROW tokens is drawn again whole), up to ROUNDS times.  At the sequence level the row's log-weight is a sum, within REACH of a kink for a row of
     any length, which leaves kappa_i = c_i - U_i / L_i to the old log-probs (``oracle_params`` refuses
     it)."""
     p = {**{q.name: q.default for q in REGISTRY["loss.grpo"].params if q.name.startswith("is_")}, **params}
@@ -603,9 +603,10 @@ def sampler_logprobs_for_opsm_and_is(l: np.ndarray, old: np.ndarray, mask: np.nd
         here = _is_branch(u, p)
         return (_is_branch(u - INSIDE, p) != here) | (_is_branch(u + INSIDE, p) != here)
 
-    kappa, z = kappas(), spread()
+    z = spread()
+    shift = c - kappas() - mean(z)      # u = z + shift: the row's mean c - kappa
     for _ in range(ROUNDS):
-        sampler = _bfloat16_at(mask, old - (c - kappa + z - mean(z)))
+        sampler = _bfloat16_at(mask, old - (z + shift))
         u = np.where(mask, old - sampler, 0.0)
         rows = live & (np.abs(mean(sampler - l) - delta) < INSIDE)
         tokens = mask & near_is(u) if level == "token" else np.zeros_like(mask)
@@ -614,8 +615,10 @@ def sampler_logprobs_for_opsm_and_is(l: np.ndarray, old: np.ndarray, mask: np.nd
         if not rows.any() and not tokens.any():
             return sampler
         rows |= short & tokens.any(-1, keepdims=True)
-        kappa = np.where(rows, kappas(), kappa)
+        # a token drawn again moves its row's mean by its change / L, checked again with the rest
+        # (the row's shift kept, so that the other tokens' values, and their rounding, stay)
         z = np.where(rows | tokens, spread(), z)
+        shift = np.where(rows, c - kappas() - mean(z), shift)
     raise CheckError(f"opsm_delta={delta} with the IS weight's bounds (is_c_min={p['is_c_min']}, is_c_max="
                      f"{p['is_c_max']}, is_log_ratio_clamp={p['is_log_ratio_clamp']}) leaves no room for the check's "
                      f"sampler log-probs off their kinks (a row's mean log-ratio or a {level} log-weight within "

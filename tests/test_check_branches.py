@@ -116,23 +116,23 @@ def test_the_aggregators_make_no_decision():
 
 
 def test_the_cli_prints_the_branches_and_what_it_did_not_judge(capsys, tmp_path):
-    """Eight rows of 2,048 tokens with slime's OPSM delta and TIS: every row of negative advantage lies
-    above delta, so no kept row is judged; the CLI says so, and the JSON carries the counts."""
-    params = {"beta": 0, "opsm_delta": 1e-4, "is_level": "token"}
-    arrays = check.check_inputs("loss.grpo", 8, 2048, 0, params)
-    found = {b.name: b for b in cb.branches("loss.grpo", arrays, params)}
-    assert found["OPSM, rows of negative advantage"].counts["kept"] == 0
+    """GSPO with TRL's token IS weight at its default clip range (3e-4 / 4e-4): the CLI lists each
+    decision's counts and names the side the check cannot reach (a row's mean inside the range), and
+    the JSON carries both."""
+    params = {"beta": 0, "is_level": "token"}
     path = tmp_path / "c.json"
-    args = ["check", "--formula", "loss.grpo", "--shape", "8x2048", "--json", str(path)]
+    args = ["check", "--formula", "loss.gspo", "--shape", "8x512", "--json", str(path)]
     assert cli.main(args + [a for k, v in params.items() for a in ("--param", f"{k}={json.dumps(v)}")]) == 0
     out = capsys.readouterr().out
-    assert "branches judged, tokens or rows on each side:\n  ratio against the clip range (tokens): below " in out
-    assert "not judged (no token or row of the check's inputs takes it): OPSM, rows of negative advantage: kept" in out
+    assert "branches judged, tokens or rows on each side:\n  mean log-ratio against the clip range (rows): below " in out
+    assert "not judged (no token or row of the check's inputs takes it): mean log-ratio against the clip range: " \
+           "inside\n" in out
     doc = json.loads(path.read_text())
-    assert doc["unreached"] == ["OPSM, rows of negative advantage: kept"]
-    assert [b["name"] for b in doc["branches"]] == ["ratio against the clip range", "PPO term",
-                                                    "IS log-weight, token level", "OPSM, rows of negative advantage"]
-    assert sum(doc["branches"][0]["counts"].values()) == int(arrays["mask"].sum())
+    assert doc["unreached"] == ["mean log-ratio against the clip range: inside"]
+    assert [b["name"] for b in doc["branches"]] == ["mean log-ratio against the clip range", "sequence term",
+                                                    "IS log-weight, token level"]
+    arrays = check.check_inputs("loss.gspo", 8, 512, 0, params)
+    assert sum(doc["branches"][2]["counts"].values()) == int(arrays["mask"].sum())
 
 
 def test_every_loss_with_an_oracle_reports_a_decision():
