@@ -551,6 +551,7 @@ def sampler_logprobs_for_opsm(l: np.ndarray, mask: np.ndarray, seed: int, params
     raise CheckError(f"opsm_delta={delta} leaves no room for the check's sampler log-probs off its kink "
                      f"(a row's mean log-ratio within {INSIDE} of it after {ROUNDS} draws)")
 
+
 SHORT_ROW = 8     # a row of at most this many tokens is drawn again whole when a token lies near a kink
 
 
@@ -573,9 +574,9 @@ def sampler_logprobs_for_opsm_and_is(l: np.ndarray, old: np.ndarray, mask: np.nd
     Rounded to bfloat16 as the old log-probs are; then a row whose kappa_i, or geometric log-weight,
     lies within INSIDE of its kink is drawn again, and a token whose u_t does has its z_t drawn again
     (the row's other tokens stay, its mean moves by the change / L_i and is checked again; a row of
-    at most SHORT_ROW tokens is drawn again whole), up to ROUNDS times.  At the sequence level the row's log-weight is a sum, within REACH of a kink for a row of
-    any length, which leaves kappa_i = c_i - U_i / L_i to the old log-probs (``oracle_params`` refuses
-    it)."""
+    at most SHORT_ROW tokens is drawn again whole), up to ROUNDS times.  At the sequence level the
+    row's log-weight is a sum, within REACH of a kink for a row of any length, which leaves
+    kappa_i = c_i - U_i / L_i to the old log-probs (``oracle_params`` refuses it)."""
     p = {**{q.name: q.default for q in REGISTRY["loss.grpo"].params if q.name.startswith("is_")}, **params}
     level, delta = p["is_level"], float(p["opsm_delta"])
     if level not in ("token", "geometric"):
@@ -623,7 +624,6 @@ def sampler_logprobs_for_opsm_and_is(l: np.ndarray, old: np.ndarray, mask: np.nd
                      f"{p['is_c_max']}, is_log_ratio_clamp={p['is_log_ratio_clamp']}) leaves no room for the check's "
                      f"sampler log-probs off their kinks (a row's mean log-ratio or a {level} log-weight within "
                      f"{INSIDE} of a kink after {ROUNDS} draws)")
-
 
 
 def entropy_off_the_quantile(mask: np.ndarray, seed: int, rho) -> np.ndarray:
@@ -759,10 +759,9 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict, sampler:
     # refused otherwise)
     groups = ("group_ids",) if formula in ("loss.dapo", "loss.cispo") and p.get("aggregation") == "prompt_mean" else ()
     ref = ("ref_logprobs",) if p.get("beta") else ()
-    folded = sampler
-    sampler = ("sampler_logprobs",) if p.get("is_level", "none") != "none" or p.get("opsm_delta") is not None \
-        or folded else ()
-    arrays = seeded_inputs(formula, B, T, seed, optional=groups + ref + sampler)
+    reads = ("sampler_logprobs",) if p.get("is_level", "none") != "none" or p.get("opsm_delta") is not None \
+        or sampler else ()
+    arrays = seeded_inputs(formula, B, T, seed, optional=groups + ref + reads)
     if p.get("entropy_quantile") is not None:
         arrays["entropy"] = entropy_off_the_quantile(arrays["mask"], seed, p["entropy_quantile"])
     old = old_logprobs_for(formula, arrays.get("logprobs"), arrays["mask"], arrays.get("advantages"), seed, p)
@@ -770,7 +769,7 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict, sampler:
         arrays["old_logprobs"] = old
     if formula == "loss.minirl":
         arrays["sampler_logprobs"] = sampler_logprobs_for_minirl(arrays["logprobs"], arrays["mask"], seed, p)
-    elif formula == "loss.vespo" and folded:
+    elif formula == "loss.vespo" and sampler:
         arrays["sampler_logprobs"] = sampler_logprobs_for_vespo(arrays["logprobs"], arrays["old_logprobs"],
                                                                 arrays["mask"], seed)
     elif p.get("opsm_delta") is not None and p.get("is_level", "none") != "none":
@@ -778,7 +777,7 @@ def check_inputs(formula: str, B: int, T: int, seed: int, params: dict, sampler:
                                                                       arrays["mask"], seed, p)
     elif p.get("opsm_delta") is not None:
         arrays["sampler_logprobs"] = sampler_logprobs_for_opsm(arrays["logprobs"], arrays["mask"], seed, p)
-    elif sampler:
+    elif reads:
         arrays["sampler_logprobs"] = sampler_logprobs_off_the_kinks(arrays["old_logprobs"], arrays["mask"], seed, p)
     if ref:                         # after the old log-probs: k3_unbiased's kinks move with exp(l - old)
         arrays["ref_logprobs"] = ref_logprobs_spread(arrays["logprobs"], arrays["mask"], seed, p,
