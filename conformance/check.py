@@ -257,6 +257,13 @@ def _bfloat16_at(mask: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.where(np.abs(out) < 2.0 ** -14, 0.0, out)
 
 
+def _zero_mean_spread(rng, mask: np.ndarray) -> np.ndarray:
+    """z uniform in [-BAND, BAND] at the unmasked tokens less its row's mean (0 where masked): tokens
+    spread around their row's value, which their mean leaves as it is."""
+    z = np.where(mask, rng.uniform(-BAND, BAND, size=mask.shape), 0.0)
+    return np.where(mask, z - z.sum(-1, keepdims=True) / np.maximum(mask.sum(-1, keepdims=True), 1), 0.0)
+
+
 def _stream(seed: int, k: int) -> np.random.Generator:
     """The k-th numpy PCG64 stream of a check's seed (mod 2^64), independent of ``pcg64(seed)``'s."""
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed) % 2 ** 64, k])))
@@ -431,9 +438,7 @@ def sampler_logprobs_off_the_kinks(old: np.ndarray, mask: np.ndarray, seed: int,
         if level == "token":
             return draw(old.shape)
         U = draw((old.shape[0], 1))
-        z = np.where(mask, rng.uniform(-BAND, BAND, size=old.shape), 0.0)
-        z = np.where(mask, z - z.sum(-1, keepdims=True) / L, 0.0)
-        return (U / L if level == "sequence" else U) + z
+        return (U / L if level == "sequence" else U) + _zero_mean_spread(rng, mask)
 
     u = tokens()
     for _ in range(ROUNDS):
@@ -481,9 +486,7 @@ def old_logprobs_per_sequence(l: np.ndarray, mask: np.ndarray, adv: np.ndarray, 
     clamp = params.get("log_ratio_clamp")
     if clamp is not None:
         return _clamped_outliers(l, mask, mu, rng, float(clamp))
-    z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
-    z = np.where(mask, z - z.sum(-1, keepdims=True) / np.maximum(mask.sum(-1, keepdims=True), 1), 0.0)
-    return _bfloat16_at(mask, l - (mu[:, None] + z))
+    return _bfloat16_at(mask, l - (mu[:, None] + _zero_mean_spread(rng, mask)))
 
 
 OUTLIERS = 16       # a pair of clamped tokens for every OUTLIERS of a row's tokens (at least one pair in a row of 4)
@@ -537,8 +540,7 @@ def sampler_logprobs_for_opsm(l: np.ndarray, mask: np.ndarray, seed: int, params
 
     def rows():
         kappa = _draw_from_bands(rng, bands, (l.shape[0], 1))
-        z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
-        return kappa + np.where(mask, z - z.sum(-1, keepdims=True) / L, 0.0)
+        return kappa + _zero_mean_spread(rng, mask)
 
     x = rows()
     for _ in range(ROUNDS):
@@ -679,9 +681,7 @@ def old_logprobs_row_sums(l: np.ndarray, mask: np.ndarray, seed: int) -> np.ndar
     rng = _stream(seed, 4)
     L = np.maximum(mask.sum(-1, keepdims=True), 1)
     U = rng.uniform(*VESPO_SPREAD, size=(l.shape[0], 1))
-    z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
-    z = np.where(mask, z - z.sum(-1, keepdims=True) / L, 0.0)
-    return _bfloat16_at(mask, l - (U / L + z))
+    return _bfloat16_at(mask, l - (U / L + _zero_mean_spread(rng, mask)))
 
 
 def sampler_logprobs_for_vespo(l: np.ndarray, old: np.ndarray, mask: np.ndarray, seed: int) -> np.ndarray:
@@ -694,9 +694,7 @@ def sampler_logprobs_for_vespo(l: np.ndarray, old: np.ndarray, mask: np.ndarray,
     L = np.maximum(mask.sum(-1, keepdims=True), 1)
     total = rng.uniform(*VESPO_SPREAD, size=(l.shape[0], 1))
     V = total - np.where(mask, l - old, 0.0).sum(-1, keepdims=True)
-    z = np.where(mask, rng.uniform(-BAND, BAND, size=l.shape), 0.0)
-    z = np.where(mask, z - z.sum(-1, keepdims=True) / L, 0.0)
-    return _bfloat16_at(mask, old - (V / L + z))
+    return _bfloat16_at(mask, old - (V / L + _zero_mean_spread(rng, mask)))
 
 
 def _with_cap_bands(bands: list, eps_low: float, eps_high: float, cap: float) -> tuple:

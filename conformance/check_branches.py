@@ -79,7 +79,7 @@ def branches(formula: str, arrays: dict, params: dict) -> list[Branch]:
     rows = mask.any(-1)
     found = []
     clamp = p.get("log_ratio_clamp")
-    if clamp is not None and formula != "loss.vespo":
+    if clamp is not None:
         found.append(_sides("log-ratio clamp", "tokens", mask, within=np.abs(d) <= float(clamp),
                             clamped=np.abs(d) > float(clamp)))
         d = np.clip(d, -float(clamp), float(clamp))
@@ -171,13 +171,10 @@ def _cispo(d, mask, p) -> Branch:
 
 
 def _vespo(d, x, mask, adv, rows, p) -> list:
-    """VESPO's clamp of each log-ratio d, of each folded sampler log-ratio x = l_old - l_sampler (None:
-    no sampler log-probs), of the row's log-weight, and its (k, lambda) pair by the advantage's sign."""
-    c = p["log_ratio_clamp"]
+    """VESPO's clip of each folded sampler log-ratio x = l_old - l_sampler (None: no sampler log-probs),
+    of the row's log-weight (from the clamped log-ratios d), and its (k, lambda) pair by the advantage's
+    sign."""
     found = []
-    if c is not None:
-        found.append(_sides("log-ratio clamp", "tokens", mask, within=np.abs(d) <= float(c), clamped=np.abs(d) > float(c)))
-        d = np.clip(d, -float(c), float(c))
     s = np.where(mask, d, 0.0).sum(-1)
     lo, hi = math.log(float(p["min_weight"])), p["max_log_weight"]
     if x is not None:
