@@ -65,9 +65,30 @@ def _bounds(fid, params):
     return tuple(_param(params, fid, n) for n in ("log_ratio_min", "log_ratio_max", "output_min", "output_max"))
 
 
+def _held(y, c, d):
+    """Where the output clamp holds y at a bound (outside [c, d]; the bounds themselves are inside)."""
+    held = torch.zeros_like(y, dtype=torch.bool)
+    if c is not None:
+        held |= y < c
+    if d is not None:
+        held |= y > d
+    return held
+
+
 def clamped_estimate(k, x, a, b, c, d):
-    """clip(k(clip(x, a, b)), c, d)."""
-    return _clamp(k(_clamp(x, a, b)), c, d)
+    """clip(k(clip(x, a, b)), c, d).
+
+    A token the output clamp holds at a bound has gradient 0, but its estimate may have overflowed
+    (k3 at x > 88.7 in float32, x > 11 in float16), and 0 times the infinite derivative of the
+    exponential is NaN.  So the held tokens' estimate is evaluated again at x = 0, where it is
+    finite, and their value is the bound, a constant (the values are those of torch.clamp)."""
+    xc = _clamp(x, a, b)
+    if c is None and d is None:
+        return k(xc)
+    with torch.no_grad():
+        y = k(xc)
+        held, bound = _held(y, c, d), _clamp(y, c, d)
+    return torch.where(held, bound, k(torch.where(held, torch.zeros_like(xc), xc)))
 
 
 def _estimator(fid):
@@ -90,23 +111,26 @@ def k3_straight_through(inputs, params):
 
 class _ImportanceWeightedK3(torch.autograd.Function):
     """y = w k3(clip(x, a, b)), w = exp(l - l_old), x = l_ref - l; dy/dl = -w x inside [a, b], and
-    outside it 0 (w stopped, sg_ratio_where_clamped) or y (w live)."""
+    outside it 0 (w stopped, sg_ratio_where_clamped) or y (w live).  Where the output clamp [c, d]
+    then holds y at a bound, dy/dl is stored as 0: the clamp's zero times an overflowed w would
+    be NaN."""
 
     @staticmethod
-    def forward(ctx, logprobs, old_logprobs, ref_logprobs, a, b, sg_ratio_where_clamped):
+    def forward(ctx, logprobs, old_logprobs, ref_logprobs, a, b, c, d, sg_ratio_where_clamped):
         w = torch.exp(logprobs - old_logprobs)
         x = ref_logprobs - logprobs
         xc = _clamp(x, a, b)
         y = w * k3(xc)
         inside = xc == x
         grad = torch.where(inside, -(w * x), torch.zeros_like(y) if sg_ratio_where_clamped else y)
+        grad = torch.where(_held(y, c, d), torch.zeros_like(grad), grad)
         ctx.save_for_backward(grad)
         return y
 
     @staticmethod
     def backward(ctx, g):
         (grad,) = ctx.saved_tensors
-        return g * grad, None, None, None, None, None
+        return g * grad, None, None, None, None, None, None, None
 
 
 def k3_unbiased(inputs, params):
@@ -119,7 +143,7 @@ def k3_unbiased(inputs, params):
     lp = torch.where(m, lp, zero)
     old = torch.where(m, inputs["old_logprobs"], zero)
     ref = torch.where(m, inputs["ref_logprobs"], zero)
-    y = _ImportanceWeightedK3.apply(lp, old, ref, a, b, bool(_param(params, fid, "sg_ratio_where_clamped")))
+    y = _ImportanceWeightedK3.apply(lp, old, ref, a, b, c, d, bool(_param(params, fid, "sg_ratio_where_clamped")))
     return {"kl": _clamp(y, c, d)}
 
 
