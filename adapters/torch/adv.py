@@ -50,9 +50,13 @@ def group_moments(rewards, group_ids, std_kind, singleton):
     if std_kind is None:
         return centered, None
     ddof = 1 if std_kind == "bessel" else 0
-    # groups of one never use this divisor (they are identical-reward groups): the clamp avoids 0/0
-    var = _segment_sum(centered * centered, inv, G) / (n - ddof).clamp(min=1)
-    sigma = torch.where(identical, zero, torch.sqrt(var)[inv])
+    # The squares are summed in float32 for the 16-bit dtypes, as torch.std accumulates them: in
+    # float16 the square of a deviation below 2^-12 underflows (rewards 2^-20 apart would get
+    # sigma = 0 and an advantage of 0).  Groups of one never use this divisor (they are
+    # identical-reward groups): the clamp avoids 0/0.
+    acc = centered.float() if centered.dtype in (torch.float16, torch.bfloat16) else centered
+    var = _segment_sum(acc * acc, inv, G) / (n.to(acc.dtype) - ddof).clamp(min=1)
+    sigma = torch.where(identical, zero, torch.sqrt(var).to(rewards.dtype)[inv])
     if singleton == "mean0_std1":
         sigma = torch.where(single, torch.ones_like(sigma), sigma)
     return centered, sigma
