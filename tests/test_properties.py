@@ -223,3 +223,39 @@ def test_clamp_checks_report_a_value_outside_its_bounds_and_a_gradient_on_the_cl
         bad = clamp._clamp_checks(fid, ex, out, grad, lambda v: 0)
         assert any(b.startswith(f"ratio[{j}][{s}] = 1.5 outside") for b in bad), bad
         assert any(b.startswith(f"ratio[{i}][{t}]: gradient 0.001 on the clamped side") for b in bad), bad
+
+
+def test_clamp_checks_take_an_infinity_only_where_the_bound_lies_beyond_the_dtype():
+    """A ratio clamped at e^20 overflows float16 (largest 65504): the bound check lets the infinity
+    stand in a float16 result (the comparison with the reference judges it, by the tolerance
+    model's overflow clause), not in a float32 one, and never where the bound is in range
+    (e^0.125)."""
+    import math
+
+    from pgspec.conformance import tolerance
+    from pgspec.conformance.properties import clamp
+    from pgspec.conformance.properties._common import ref
+
+    fid = "ratio.token"
+    def largest_ratio(ex):
+        r = ref(fid, ex["inputs"], ex["params"])
+        return max((float(v) for row in r["ratio"] for v in row if v is not None), default=0.0)
+
+    for c, overflowing in ((20.0, True), (0.125, False)):
+        ex = max((e for e in P.fixed_examples("prop.clamp", fid) if e["params"]["log_ratio_clamp"] == c),
+                 key=largest_ratio)
+        assert (largest_ratio(ex) > 65504) == overflowing
+        r = ref(fid, ex["inputs"], ex["params"])
+        grad = [list(row) for row in r["grad"]["logprobs"]]
+        out = {"ratio": [[None if v is None else (math.inf if float(v) > 65504 else float(v)) for v in row]
+                         for row in r["ratio"]]}
+        i, t = next((i, t) for i, row in enumerate(r["ratio"]) for t, v in enumerate(row)
+                    if v is not None and float(v) > 1)
+        out["ratio"][i][t] = math.inf
+        f16 = clamp._clamp_checks(fid, ex, out, grad, lambda v: 0, largest=tolerance.LARGEST["float16"])
+        f32 = clamp._clamp_checks(fid, ex, out, grad, lambda v: 0, largest=tolerance.LARGEST["float32"])
+        assert any(b.startswith(f"ratio[{i}][{t}] = +inf outside") for b in f32), f32
+        if overflowing:
+            assert f16 == [], f16
+        else:
+            assert any(b.startswith(f"ratio[{i}][{t}] = +inf outside") for b in f16), f16

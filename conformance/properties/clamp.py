@@ -33,14 +33,26 @@ def _memo(f):
     return g
 
 
-def _clamp_checks(fid, ex, out, grad, tol, closed_form=True):
+def _clamp_checks(fid, ex, out, grad, tol, closed_form=True, largest=None):
     """Violations of the clamp spec of ``fid`` in (out, grad) (nested lists of floats or mpf).
-    ``tol(value)`` is the slack allowed in a bound comparison (0 on the reference)."""
+    ``tol(value)`` is the slack allowed in a bound comparison (0 on the reference); ``largest`` the
+    largest finite value of the adapter's dtype (None on the reference)."""
     with mp.workdps(60):
-        return _apply(_plan(fid, ex), out, grad, _memo(tol), closed_form)
+        return _apply(_plan(fid, ex), out, grad, _memo(tol), closed_form, largest)
 
 
-def _apply(plan, out, grad, tol, closed_form):
+def _overflowed(v, lo, hi, largest) -> bool:
+    """An infinity that a value within [lo, hi] may round to: the bound on its side lies beyond the
+    dtype's largest finite value (e^20 in float16), as the tolerance model's overflow clause has it
+    (spec/tolerance.md); whether the value itself should overflow, the comparison with the
+    reference judges."""
+    if largest is None or not mp.isinf(v):
+        return False
+    side = hi if v > 0 else lo
+    return side is not None and abs(side) > largest
+
+
+def _apply(plan, out, grad, tol, closed_form, largest=None):
     """The checks of ``plan`` (``_plan``) on one result, in the plan's order."""
     bad = []
 
@@ -48,6 +60,8 @@ def _apply(plan, out, grad, tol, closed_form):
         if v is None:
             return
         v = mpf(v)
+        if _overflowed(v, lo, hi, largest):
+            return
         if not mp.isfinite(v) or (lo is not None and v < lo - tol(lo)) or (hi is not None and v > hi + tol(hi)):
             bad.append(f"{label} = {_fmt(v)} outside [{_fmt(lo)}, {_fmt(hi)}]")
 
@@ -242,7 +256,8 @@ def _clamp_adapter(ctx, fid, ex):
     got = {k: _pylist(v) for k, v in out.items() if k != "grad"}
     g = _pylist(grads["logprobs"]) if "logprobs" in grads else None
     bad = _clamp_checks(fid, ex, got, g, lambda v: tolerance.bound(family, ctx.dtype, abs(mpf(v))) if v is not None else 0,
-                        closed_form=False)   # values: compared with the reference below, with its scales
+                        closed_form=False,   # values: compared with the reference below, with its scales
+                        largest=tolerance.LARGEST[ctx.dtype])
     if bad:
         raise Falsified(f"{fid} {ex['params']}: " + "; ".join(bad[:3]))
     compare_to_ref(ctx, fid, f"{fid} {ex['params']} at log-ratios up to +-200", out, grads, r)
