@@ -138,7 +138,8 @@ class Worker:
             raise WorkerDied(f"cannot start {python}: {e.strerror or e}") from None
         self.lines: queue.Queue = queue.Queue()
         self.stderr: list[str] = []
-        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True).start()
+        self._pumper = threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True)
+        self._pumper.start()
         self._drainer = threading.Thread(target=self._drain, daemon=True)
         self._drainer.start()
 
@@ -193,6 +194,7 @@ class Worker:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+        self._release()
 
     def close(self):
         if self.proc.poll() is None:
@@ -202,6 +204,19 @@ class Worker:
                 self.proc.wait(timeout=10)
             except Exception:  # noqa: BLE001
                 self.kill()
+        self._release()
+
+    def _release(self):
+        """The pipes of an ended worker closed, once its reader threads have read them to the end."""
+        if self.proc.poll() is None:
+            return
+        for thread in (self._pumper, self._drainer):
+            thread.join(timeout=5)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                stream.close()
+            except (OSError, ValueError):   # a broken pipe's buffered request, or closed already
+                pass
 
 
 class WorkerDied(Exception):
@@ -295,6 +310,7 @@ class IsolatedAdapter:
     def _request(self, obj, timeout):
         try:
             if self.worker is None or self.worker.proc.poll() is not None:
+                self.close()    # an ended worker's pipes
                 # a fresh worker imports torch and the framework: that start-up is not the case's time
                 self.worker = Worker(self.python, self.adapter_name, self.env)
                 if obj.get("op") != "hello":
@@ -303,7 +319,7 @@ class IsolatedAdapter:
                         raise WorkerDied(f"a fresh worker could not load the adapter: {hello.get('summary', '')}")
             return self.worker.request(obj, timeout)
         except WorkerDied:
-            self.worker = None
+            self.close()
             raise
 
     def capabilities(self):
@@ -351,6 +367,7 @@ class IsolatedAdapter:
     def close(self):
         if self.worker is not None:
             self.worker.close()
+            self.worker = None
 
 
 def _worker_error(answer: dict) -> str:
