@@ -2,7 +2,9 @@
 
 Every estimator is a function of the reference log-ratio x = l_ref - l, taken at unmasked positions
 only (masked ones are selected away with torch.where, so NaN/inf there cannot leak).  Clamps are
-torch.clamp (derivative 1 on the closed interval, 0 outside), with either bound optional.
+torch.clamp (derivative 1 on the closed interval, 0 outside), with either bound optional; a token
+that the output clamp holds at a bound takes the bound as a constant, so an estimate that
+overflowed there cannot turn its zero gradient into NaN (``clamped_estimate``).
 
 k3 = e^x - 1 - x is computed as expm1(x) - x, as spec/kl.md recommends (exp(x) - 1 - x cancels
 for small |x|).  kl.k3_unbiased needs one more step: differentiated term by term, the gradient of
