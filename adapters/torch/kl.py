@@ -68,13 +68,9 @@ def _bounds(fid, params):
 
 
 def _held(y, c, d):
-    """Where the output clamp holds y at a bound (outside [c, d]; the bounds themselves are inside)."""
-    held = torch.zeros_like(y, dtype=torch.bool)
-    if c is not None:
-        held |= y < c
-    if d is not None:
-        held |= y > d
-    return held
+    """Where the output clamp holds y at a bound: where it changes y (outside [c, d]; the bounds
+    themselves are inside, as torch.clamp has them)."""
+    return _clamp(y, c, d) != y
 
 
 def clamped_estimate(k, x, a, b, c, d):
