@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 
 def load_deviations(path: Path):
@@ -68,6 +68,11 @@ class Adapter:
     param_map: dict[str, dict[str, str]] = field(default_factory=dict)
     # the declarations file: unsupported formulas, capabilities and root-cause rules
     deviations: object = field(default_factory=_no_declarations)
+    # the modules whose code is the framework's (dotted prefixes: "trl", "liger_kernel"): an
+    # expected-error case counts as rejected only when the exception is raised there (the innermost
+    # frame of the framework, the adapter or pgspec; spec/verdicts.md, "Validation"), or by an
+    # adapter check that a [[check]] declaration names.  Empty: nothing counts as the framework's.
+    framework_modules: ClassVar[tuple] = ()
 
     def capabilities(self) -> set[str]:
         return set(self.implementations)

@@ -16,7 +16,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TABLES = ("unsupported", "capability", "rule")
+TABLES = ("unsupported", "capability", "rule", "check")
 KINDS = ("bug", "convention")
 EXPECTS = ("mismatch", "error")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -26,12 +26,14 @@ PLACEMENT_KEYS = {"replaces", "after", "before"}
 _KEYS = {
     "unsupported": {"formulas", "reason", "link"},
     "capability": {"formulas", "params", "inputs", "reason", "link"},
-    "rule": {"ids", "dtypes", "when", "kind", "expect", "reason", "link"},
+    "rule": {"ids", "dtypes", "when", "kind", "expect", "reason", "link", "outputs", "max_ratio", "raises", "match"},
+    "check": {"ids", "raises", "match", "reason", "link"},
 }
 _REQUIRED = {
     "unsupported": ("formulas", "reason", "link"),
     "capability": ("formulas", "reason", "link"),
     "rule": ("ids", "kind", "reason", "link"),
+    "check": ("ids", "raises", "match", "reason", "link"),
 }
 
 
@@ -75,9 +77,15 @@ class Domain:
             for v in (lo, hi):
                 if v is not None and _number(v) is None:
                     raise DeclarationError(f"{where}: range bounds must be numbers, got {v!r}")
-            return cls(lo=_number(lo) if lo is not None else None, hi=_number(hi) if hi is not None else None,
-                       interval=True)
+            lo, hi = (_number(lo) if lo is not None else None), (_number(hi) if hi is not None else None)
+            if lo is not None and hi is not None and lo > hi:
+                raise DeclarationError(f"{where}: an empty range (min = {lo!r} > max = {hi!r}) admits no value")
+            if any(v is not None and math.isnan(v) for v in (lo, hi)):
+                raise DeclarationError(f"{where}: a range bound is NaN, which admits no value")
+            return cls(lo=lo, hi=hi, interval=True)
         items = raw if isinstance(raw, list) else [raw]
+        if not items:
+            raise DeclarationError(f"{where}: an empty list of values admits no value")
         return cls(values=tuple(_null(v) for v in items))
 
     def admits(self, value) -> bool:
@@ -133,6 +141,40 @@ class Declaration:
     params: tuple = ()              # ((name, Domain), ...)
     inputs: tuple = ()              # predicate names, "not NAME" negates
     origin: str = field(default="", compare=False)   # "file, line N" where it was written (extends)
+    outputs: tuple = ()             # rules: the output globs ("loss", "grad.*") a mismatch may be in (empty: any)
+    max_ratio: float | None = None  # rules: the largest error ratio the rule accepts (None: any)
+    raises: str | None = None       # expect = "error" rules and checks: the exception's type name
+    match: str | None = None        # ... and a regular expression its message must contain a match of
+
+    def does_not_explain(self, outcome: str, *, failed_outputs=None, error_ratio=None, exception=None) -> str | None:
+        """None when this rule explains a result with ``outcome`` (``fail`` or ``error``), else what
+        does not hold, in words (spec/verdicts.md, step 5): a mismatch rule explains a ``fail`` whose
+        failing outputs all match its ``outputs`` and whose error ratio is within its ``max_ratio``;
+        an error rule explains an ``error`` whose exception has its type and matches its ``match``."""
+        if outcome == "fail":
+            if self.expect != "mismatch":
+                return "expects an error, and the case returned numbers that fail"
+            if self.outputs and failed_outputs is not None:
+                other = [k for k in failed_outputs if not any(fnmatch.fnmatchcase(k, g) for g in self.outputs)]
+                if other:
+                    return (f"declares mismatches in {', '.join(self.outputs)} only, and {', '.join(other)} "
+                            "fails too")
+            if self.max_ratio is not None and (error_ratio is None or not error_ratio <= self.max_ratio):
+                return f"accepts an error ratio up to {self.max_ratio:g}, and the case's is {error_ratio}"
+            return None
+        if self.expect != "error":
+            return "expects a mismatch, and the case raised"
+        return self.exception_mismatch(exception)
+
+    def exception_mismatch(self, exception: dict | None) -> str | None:
+        """None when ``exception`` ({"type", "message"}) is the one this rule or check names."""
+        if not exception:
+            return f"expects {self.raises}, and the case's exception is not known (its worker ended)"
+        if exception.get("type") != self.raises:
+            return f"expects {self.raises}, and the case raised {exception.get('type')}"
+        if self.match and re.search(self.match, exception.get("message") or "") is None:
+            return f"expects {self.raises} matching {self.match!r}, and its message is {exception.get('message')!r}"
+        return None
 
     def written_at(self, path: str) -> str:
         """" (written at FILE, line N)" when the declaration was inherited from another file."""
@@ -167,6 +209,9 @@ class Declaration:
              "reason": self.reason, "link": self.link}
         if self.table == "rule":
             d.update(kind=self.kind, expect=self.expect, dtypes=list(self.dtypes))
+        for key in ("outputs", "max_ratio", "raises", "match"):
+            if getattr(self, key):
+                d[key] = list(self.outputs) if key == "outputs" else getattr(self, key)
         if self.params:
             d["params"] = {n: dom.to_json() for n, dom in self.params}
         if self.inputs:
@@ -177,7 +222,9 @@ class Declaration:
     def from_json(cls, d: dict) -> "Declaration":
         params = tuple((n, Domain.parse(v, d["source"])) for n, v in (d.get("params") or {}).items())
         return cls(d["table"], d["position"], d["source"], tuple(d["ids"]), d["reason"], d["link"], d.get("kind"),
-                   d.get("expect", "mismatch"), tuple(d.get("dtypes", ())), params, tuple(d.get("inputs", ())))
+                   d.get("expect", "mismatch"), tuple(d.get("dtypes", ())), params, tuple(d.get("inputs", ())),
+                   outputs=tuple(d.get("outputs", ())), max_ratio=d.get("max_ratio"), raises=d.get("raises"),
+                   match=d.get("match"))
 
     def summary(self) -> dict:
         """What a result carries about the declaration that classified it."""
@@ -215,15 +262,24 @@ class Declarations:
     unsupported: list = field(default_factory=list)
     capabilities: list = field(default_factory=list)
     rules: list = field(default_factory=list)
+    checks: list = field(default_factory=list)
     # the rules whose ID globs match a (case ID, formula ID), in order: a run asks once per dtype
     _by_id: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _by_id_of: tuple = field(default=(), init=False, repr=False, compare=False)
 
     def __len__(self):
-        return len(self.unsupported) + len(self.capabilities) + len(self.rules)
+        return len(self.unsupported) + len(self.capabilities) + len(self.rules) + len(self.checks)
 
     def all(self):
-        return [*self.unsupported, *self.capabilities, *self.rules]
+        return [*self.unsupported, *self.capabilities, *self.rules, *self.checks]
+
+    def check_for(self, case_id: str, formula_id: str, exception: dict):
+        """The first ``[[check]]`` that declares ``exception`` (raised in the adapter's own code) a
+        rejection the framework makes for this case (spec/verdicts.md, "Validation"), or None."""
+        for d in self.checks:
+            if d.matches_id(case_id, formula_id) and d.exception_mismatch(exception) is None:
+                return d
+        return None
 
     def unsupported_for(self, formula_id: str):
         for d in self.unsupported:
@@ -267,27 +323,66 @@ class Declarations:
         out = cls(data.get("path", ""))
         for raw in data.get("declarations", []):
             d = Declaration.from_json(raw)
-            {"unsupported": out.unsupported, "capability": out.capabilities, "rule": out.rules}[d.table].append(d)
+            out.table(d.table).append(d)
         return out
 
-    def check_against_corpus(self, cases: list, dtypes, property_ids=()) -> None:
-        """Raise DeclarationError naming every rule that matches no (case, dtype) of the corpus and no
-        property row, and every capability or unsupported entry whose globs match no formula."""
+    def table(self, name: str) -> list:
+        return {"unsupported": self.unsupported, "capability": self.capabilities, "rule": self.rules,
+                "check": self.checks}[name]
+
+    def check_against_corpus(self, cases: list, dtypes, property_ids=(), implemented=None) -> None:
+        """Raise DeclarationError naming every declaration that cannot mean what it says against the
+        corpus (spec/verdicts.md, "Checks"): an unsupported entry or capability whose globs match no
+        formula ID; a capability that leaves a formula the adapter implements (``implemented``: its
+        formula IDs, when known) no numeric case, alone or with the other capabilities; a rule that
+        matches no numeric (case, dtype) and no property row (rules never apply to expected-error
+        cases: validation is its own axis); a check that matches no expected-error case."""
         from pgspec.reference import REGISTRY
 
         problems = []
+
+        def at(d):
+            return f"{self.path}: [[{d.table}]] #{d.position}{d.written_at(self.path)} ({', '.join(d.ids)})" + \
+                (f" at {d.origin}" if d.origin else "")
+
         for d in [*self.unsupported, *self.capabilities]:
             if not any(fnmatch.fnmatchcase(fid, g) for fid in REGISTRY for g in d.ids):
-                problems.append(f"{self.path}: [[{d.table}]] #{d.position}{d.written_at(self.path)} ({', '.join(d.ids)}) matches no formula ID")
+                problems.append(f"{at(d)} matches no formula ID")
+        numeric = [c for c in cases if not c.get("expect_error")]
+        by_formula: dict = {}
+        for c in numeric:
+            by_formula.setdefault(c["formula"], []).append(c)
+        for fid, fcases in sorted(by_formula.items()):
+            if implemented is None or fid not in implemented or self.unsupported_for(fid) is not None:
+                continue    # (without the adapter's formulas no capability can be said to hide one)
+            mine = [d for d in self.capabilities if any(fnmatch.fnmatchcase(fid, g) for g in d.ids)]
+            for d in mine:
+                if not any(d.conditions_hold(c) for c in fcases):
+                    problems.append(f"{at(d)} admits none of the {len(fcases)} numeric cases of {fid}: a capability "
+                                    f"that leaves a formula no case hides it; declare {fid} [[unsupported]] or widen "
+                                    "the domain")
+            if len(mine) > 1 and all(any(d.conditions_hold(c) for c in fcases) for d in mine) and \
+                    not any(all(d.conditions_hold(c) for d in mine) for c in fcases):
+                problems.append(f"{self.path}: the capabilities {', '.join(d.label for d in mine)} together admit "
+                                f"none of the {len(fcases)} numeric cases of {fid}; declare it [[unsupported]] or "
+                                "widen a domain")
         for d in self.rules:
             ds = [x for x in dtypes if not d.dtypes or x in d.dtypes]
-            hit = bool(ds) and (any(d.matches_id(c["id"], c["formula"]) and d.conditions_hold(c) for c in cases)
+            hit = bool(ds) and (any(d.matches_id(c["id"], c["formula"]) and d.conditions_hold(c) for c in numeric)
                                 or any(d.matches_id(pid, pid.split("/")[0]) and d.conditions_hold(None)
                                        for pid in property_ids))
             if not hit:
-                problems.append(f"{self.path}: [[rule]] #{d.position}{d.written_at(self.path)} ({', '.join(d.ids)}) matches no case of "
-                                f"the corpus in dtypes {', '.join(ds) or '(none of the adapter’s)'}: a rule that "
-                                "matches nothing is an error; remove it or correct its globs and conditions")
+                only_errors = any(d.matches_id(c["id"], c["formula"]) for c in cases if c.get("expect_error"))
+                problems.append(f"{at(d)} matches no numeric case of the corpus in dtypes "
+                                f"{', '.join(ds) or '(none of the adapter’s)'}"
+                                + (" (only expected-error cases, to which no rule applies: validation is reported "
+                                   "on its own, spec/verdicts.md)" if only_errors else "")
+                                + ": a rule that matches nothing is an error; remove it or correct its globs and "
+                                "conditions")
+        for d in self.checks:
+            if not any(d.matches_id(c["id"], c["formula"]) for c in cases if c.get("expect_error")):
+                problems.append(f"{at(d)} matches no expected-error case of the corpus: a check that matches nothing "
+                                "is an error")
         if problems:
             raise DeclarationError("\n".join(problems))
 
@@ -329,6 +424,52 @@ def _inputs(raw, where):
             raise DeclarationError(f"{where}: unknown input predicate {name!r}; known: {', '.join(sorted(known))} "
                                    "(pgspec.conformance.predicates)")
     return tuple(names)
+
+
+def _scope(entry: dict, expect: str, where: str) -> dict:
+    """What a rule absorbs (spec/verdicts.md, "Rules"): a mismatch rule's ``outputs`` and
+    ``max_ratio``; an error rule's ``raises`` and ``match``, which it must give."""
+    if expect == "error":
+        bad = sorted({"outputs", "max_ratio"} & set(entry))
+        if bad:
+            raise DeclarationError(f"{where}: {', '.join(bad)} belong to a mismatch rule; an error rule names its "
+                                   "exception with raises (and match)")
+        return _exception_keys(entry, where)
+    bad = sorted({"raises", "match"} & set(entry))
+    if bad:
+        raise DeclarationError(f"{where}: {', '.join(bad)} belong to an error rule (expect = \"error\")")
+    out: dict = {}
+    if "outputs" in entry:
+        outputs = _as_list(entry["outputs"], where, "outputs")
+        for g in outputs:
+            if not re.fullmatch(r"(grad\.)?[A-Za-z0-9_*?\[\]!]+", g):
+                raise DeclarationError(f"{where}: outputs: {g!r} is not an output name or glob (\"loss\", "
+                                       "\"grad.logprobs\", \"grad.*\")")
+        out["outputs"] = tuple(outputs)
+    if "max_ratio" in entry:
+        m = entry["max_ratio"]
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not m > 1:
+            raise DeclarationError(f"{where}: max_ratio must be a number above 1 (a ratio of 1 or less passes), "
+                                   f"got {m!r}")
+        out["max_ratio"] = float(m)
+    return out
+
+
+def _exception_keys(entry: dict, where: str) -> dict:
+    """``raises`` (an exception type's name, required) and ``match`` (a regular expression)."""
+    raises = entry.get("raises")
+    if not isinstance(raises, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", raises or ""):
+        raise DeclarationError(f"{where}: raises must name the exception type the framework raises "
+                               f"(\"ZeroDivisionError\"), got {raises!r}")
+    match = entry.get("match")
+    if match is not None:
+        if not isinstance(match, str) or not match:
+            raise DeclarationError(f"{where}: match must be a non-empty regular expression, got {match!r}")
+        try:
+            re.compile(match)
+        except re.error as e:
+            raise DeclarationError(f"{where}: match is not a valid regular expression ({e})") from None
+    return {"raises": raises, "match": match}
 
 
 def _formula_globs_of(ids):
@@ -520,8 +661,8 @@ def _build(raws: dict, path: str) -> Declarations:
             for key in ("reason", "link"):
                 if not isinstance(entry[key], str) or "\n" in entry[key].strip():
                     raise DeclarationError(f"{where}: {key!r} must be one line of text")
-            ids = tuple(_as_list(entry["formulas" if table != "rule" else "ids"], where,
-                                 "formulas" if table != "rule" else "ids"))
+            id_key = "ids" if table in ("rule", "check") else "formulas"
+            ids = tuple(_as_list(entry[id_key], where, id_key))
             kw = {}
             if table == "rule":
                 if entry["kind"] not in KINDS:
@@ -538,14 +679,17 @@ def _build(raws: dict, path: str) -> Declarations:
                     raise DeclarationError(f"{where}: 'when' is a table with 'params' and/or 'inputs', got {when!r}")
                 kw = dict(kind=entry["kind"], expect=expect, dtypes=dtypes,
                           params=_param_domains(when.get("params", {}), where, _formula_globs_of(ids)),
-                          inputs=_inputs(when["inputs"], where) if "inputs" in when else ())
+                          inputs=_inputs(when["inputs"], where) if "inputs" in when else (),
+                          **_scope(entry, expect, where))
+            elif table == "check":
+                kw = _exception_keys(entry, where)
             elif table == "capability":
                 if "params" not in entry and "inputs" not in entry:
                     raise DeclarationError(f"{where}: a capability restricts 'params' and/or 'inputs'")
                 kw = dict(params=_param_domains(entry.get("params", {}), where, ids),
                           inputs=_inputs(entry["inputs"], where) if "inputs" in entry else ())
             d = Declaration(table, k, path, ids, entry["reason"].strip(), entry["link"].strip(), origin=raw.at, **kw)
-            {"unsupported": out.unsupported, "capability": out.capabilities, "rule": out.rules}[table].append(d)
+            out.table(table).append(d)
     if len(out) > MAX_DECLARATIONS:
         raise DeclarationError(f"{path}: {len(out)} declarations; at most {MAX_DECLARATIONS} (one rule per root "
                                "cause, spec/verdicts.md)")

@@ -32,6 +32,8 @@ def cell_text(cell) -> str:
     for k in ("fail", "error", "bug", "convention", "stale-deviation", "not-applicable", "unsupported"):
         if c[k]:
             parts.append(f"{c[k]} {k}")
+    if c["rejected"] or c["not-rejected"]:
+        parts.append(f"rejects {c['rejected']} of {c['rejected'] + c['not-rejected']} invalid")
     worst = cell["worst"]
     if worst is not None:
         parts.append("worst " + ratio_text(worst))
@@ -141,7 +143,8 @@ def _declaration_tables(summary, adapter) -> list[str]:
         lines += ["## Deviations, by root cause", "",
                   "Each rule of the adapter's declarations file, with the results it classified in this run "
                   "(spec/verdicts.md).", "",
-                  "| rule | kind | IDs | when | dtypes | cases | reason | source |", "|---|---|---|---|---|---|---|---|"]
+                  "| rule | kind | IDs | when | dtypes | absorbs | cases | reason | source |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for d in rules:
             m = matched.get((d.source, d.label), {})
             n = sum(v for k, v in m.items() if k in (d.kind, "stale-deviation"))
@@ -149,7 +152,7 @@ def _declaration_tables(summary, adapter) -> list[str]:
             when = ", ".join([f"{k} in {dom.to_json()}" for k, dom in d.params] + list(d.inputs)) or "-"
             lines.append(f"| {d.position} | {d.kind}{' (error)' if d.expect == 'error' else ''} | "
                          f"{_md(', '.join(f'`{i}`' for i in d.ids))} | {_md(when)} | {', '.join(d.dtypes) or 'all'} | "
-                         f"{n}{stale} | {_md(d.reason)} | {_link(d.link)} |")
+                         f"{_md(absorbs_text(d))} | {n}{stale} | {_md(d.reason)} | {_link(d.link)} |")
         lines.append("")
     if decl.capabilities:
         lines += ["## Capabilities (cases outside them are not applicable)", "",
@@ -173,6 +176,14 @@ def _declaration_tables(summary, adapter) -> list[str]:
     return lines
 
 
+def absorbs_text(d) -> str:
+    """What a rule absorbs (spec/verdicts.md, "Rules"): its outputs and error bound, or its exception."""
+    if d.expect == "error":
+        return f"raises {d.raises}" + (f" matching `{d.match}`" if d.match else "")
+    text = ", ".join(f"`{o}`" for o in d.outputs) if d.outputs else "any output"
+    return text + (f", ratio <= {d.max_ratio:g}" if d.max_ratio is not None else "")
+
+
 def to_markdown(summary, adapter, device, dtypes) -> str:
     h = _header(adapter, device, dtypes)
     m = matrix(summary, dtypes)
@@ -192,7 +203,7 @@ def to_markdown(summary, adapter, device, dtypes) -> str:
         "Verdicts as spec/verdicts.md defines them, over all dtypes and the property checks of the formula; "
         "worst: the largest error ratio (error / bound; below 1 passes) of the compared cases.",
         "",
-        "| formula | verdict | pass | bug | convention | not applicable | worst | expected errors |",
+        "| formula | verdict | pass | bug | convention | not applicable | worst | validation |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for fid, v in verdicts.items():

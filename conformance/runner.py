@@ -21,11 +21,15 @@ from functools import lru_cache
 from pgspec.reference import REGISTRY
 
 from . import compare, golden
+from .origin import ORIGIN_TEXT, exception_record
 from .compare import TORCH_DTYPES, to_tensors  # noqa: F401 - the call convention, re-exported
 from .compare import objective as _objective
 
-OUTCOMES = ("pass", "fail", "error", "bug", "convention", "not-applicable", "unsupported", "stale-deviation")
+OUTCOMES = ("pass", "fail", "error", "bug", "convention", "not-applicable", "unsupported", "stale-deviation",
+            "rejected", "not-rejected")
 BAD_OUTCOMES = ("fail", "error", "stale-deviation")
+# the outcomes of an expected-error case (spec/verdicts.md, "Validation"): its own axis, never a rule's
+VALIDATION_OUTCOMES = ("rejected", "not-rejected")
 
 BUILTIN_ADAPTERS = {
     "torch": "pgspec.adapters.torch:make_adapter",
@@ -65,6 +69,8 @@ class CaseResult:
     message: str = ""
     declaration: dict | None = None   # the declaration that classified (or matched) this result
     repro: str = ""
+    failed_outputs: list | None = None  # the outputs ("loss", "grad.logprobs") with a failing element
+    exception: dict | None = None     # a raised case: {"type", "message", "origin", "where"}
 
     def to_json(self):
         # as dataclasses.asdict gives it (a deep copy), without its generic walk: the fields are
@@ -173,7 +179,8 @@ def check_declarations(adapter) -> None:
     if problems:  # a partial corpus cannot tell a dead rule; the run reports the corrupted files (exit 2)
         return
     try:
-        declarations_of(adapter).check_against_corpus(corpus, adapter.dtypes, property_ids)
+        declarations_of(adapter).check_against_corpus(corpus, adapter.dtypes, property_ids,
+                                                      implemented=set(adapter.capabilities()))
     except DeclarationError as e:
         raise RunError(f"adapter {adapter.name!r}: declarations file error:\n{e}") from None
 
@@ -322,7 +329,16 @@ def adapter_params(formula_id: str, params: dict) -> dict:
     as "0.28" becomes the nearest binary64, which is what a framework's config holds)."""
     f = REGISTRY[formula_id]
     kinds = {p.name: p.kind for p in f.params}
-    return {k: float(v) if kinds.get(k) == "real" and isinstance(v, str) else v for k, v in params.items()}
+    return {k: _real(v) if kinds.get(k) == "real" and isinstance(v, str) else v for k, v in params.items()}
+
+
+def _real(v: str):
+    """A decimal string as its binary64; any other string (an expected-error case's "abc") as it is,
+    for the implementation to reject: pgspec never raises on the way to the call."""
+    try:
+        return float(v)
+    except ValueError:
+        return v
 
 
 def _flat_with_paths(x, path=()):
@@ -645,7 +661,8 @@ def start_case(adapter, case: dict, dtype: str, device: str, *, capabilities=Non
             return result
     rule = decl.rule_for(case["id"], case["formula"], dtype, case)
     if case.get("expect_error"):
-        return classify(_expect_rejection(adapter, case, dtype, device, result), rule)
+        # validation is its own axis: no rule applies to an expected-error case (spec/verdicts.md)
+        return _expect_rejection(adapter, case, dtype, device, result)
     step = _call_case(adapter, case, dtype, device, result)
     if isinstance(step, CaseResult):
         return classify(step, rule)
@@ -654,8 +671,10 @@ def start_case(adapter, case: dict, dtype: str, device: str, *, capabilities=Non
 
 
 def _expect_rejection(adapter, case, dtype, device, result) -> CaseResult:
-    """An expected-error case (spec/golden-format.md): the adapter passes by raising (any exception);
-    returning outputs is a ``fail`` that quotes the rule the input breaks."""
+    """An expected-error case (spec/verdicts.md, "Validation"): ``rejected`` when the call raises from
+    the framework's own code (or from an adapter check the declarations name, ``[[check]]``);
+    ``not-rejected`` when it returns outputs, or raises anywhere else (the adapter's code, pgspec's).
+    Everything pgspec prepares (the tensors, the parameters) is made before the call, outside it."""
     want = case["expect_error"]
     rule = f"{want['argument']}: {want['rule']}"
     try:
@@ -665,23 +684,38 @@ def _expect_rejection(adapter, case, dtype, device, result) -> CaseResult:
         result.message = (f"the case's inputs cannot be given as {dtype} tensors ({type(e).__name__}); its rule "
                           f"({rule}) concerns implementations that take nested lists")
         return result
+    params = adapter_params(case["formula"], case["params"])
     try:
-        out = adapter.call(case["formula"], tensors, adapter_params(case["formula"], case["params"]))
-    except Exception as e:  # noqa: BLE001 - any rejection counts
-        first = (str(e).strip().splitlines() or [""])[0]
-        result.outcome = "pass"
-        result.message = f"rejected, as the spec requires ({rule}): {type(e).__name__}: {first}"[:500]
+        out = adapter.call(case["formula"], tensors, params)
+    except Exception as e:  # noqa: BLE001 - attributed below: only the framework's own rejection counts
+        result.exception = exception_record(e, adapter)
+        origin, where = result.exception["origin"], result.exception["where"]
+        first = (result.exception["message"].strip().splitlines() or [""])[0]
+        raised = f"{result.exception['type']}: {first}"
+        check = declarations_of(adapter).check_for(case["id"], case["formula"], result.exception)
+        if origin == "framework" or check is not None:
+            result.outcome = "rejected"
+            by = f"by the adapter's check ({check.label}: {check.reason})" if origin != "framework" else \
+                f"by {adapter.name} at {where}"
+            result.message = f"rejected, as the spec requires ({rule}), {by}: {raised}"[:500]
+            if check is not None and origin != "framework":
+                result.declaration = check.summary()
+        else:
+            result.outcome = "not-rejected"
+            result.message = (f"not a rejection by {adapter.name}: raised in {ORIGIN_TEXT[origin]} at {where} "
+                              f"({raised}); the spec rejects this input ({rule})")[:500]
         return result
     except BaseException as e:  # noqa: BLE001 - sys.exit() is a crash, not a rejection: the case's error
         if isinstance(e, KeyboardInterrupt):
             raise
         result.outcome = "error"
+        result.exception = exception_record(e, adapter)
         result.message = traceback.format_exc(limit=8)
         return result
-    result.outcome = "fail"
+    result.outcome = "not-rejected"
     names = ", ".join(sorted(out)) if isinstance(out, dict) else type(out).__name__
-    result.message = (f"the spec rejects this input ({rule}; the reference says: {want['message']}), but the "
-                      f"adapter returned outputs ({names})")
+    result.message = (f"accepted: the spec rejects this input ({rule}; the reference says: {want['message']}), but "
+                      f"the adapter returned {'outputs (' + names + ')' if isinstance(out, dict) else names}")
     return result
 
 
@@ -718,6 +752,7 @@ def _call_case(adapter, case, dtype, device, result):
         if isinstance(e, KeyboardInterrupt):
             raise
         result.outcome = "error"
+        result.exception = exception_record(e, adapter)
         result.message = traceback.format_exc(limit=8)
         return result
     # The primary output (the one the spec differentiates, else the first) and the gradients are
@@ -765,7 +800,9 @@ class _Pending:
         present = self.present
         worst = -1.0
         compared = 0
+        failed: list = []
         if whole is not None:
+            failed = _failed_keys(whole, self.gathered, present)
             compared = whole.compared
             if whole.worst is not None:
                 cmp = whole.worst
@@ -791,6 +828,8 @@ class _Pending:
                 cmp = res.worst
                 worst = cmp.ratio
                 result.error, result.bound, result.error_ratio = cmp.error, cmp.bound, cmp.ratio
+            if res.failure is not None:
+                failed.append(key)
             if res.failure is not None and result.first_failure is None:
                 cmp = res.failure
                 result.first_failure = {"output": key, "index": list(res.failure_path), "got": repr(res.failure_got),
@@ -801,27 +840,44 @@ class _Pending:
             result.message = f"outputs not produced by the adapter (not compared): {', '.join(self.missing)}"
         if result.first_failure is not None:
             result.outcome = "fail"
+            result.failed_outputs = failed
             ff = result.first_failure
             result.message = (f"{ff['output']}{ff['index']}: got {ff['got']}, reference {ff['ref']}, "
                               f"error {ff['error']:.3g} > bound {ff['bound']:.3g}")
         return result
 
 
+def _failed_keys(whole, gathered, present) -> list:
+    """The outputs of a case compared at once (``compare.compare_cases``) that hold a failing
+    element, in the case's order."""
+    if whole.failure is None:
+        return []
+    joined = gathered[0] if isinstance(gathered, tuple) else None
+    if whole.passed is None or joined is None or not hasattr(joined, "starts"):
+        return [whole.failure_path[0]]
+    keys = [key for key, _, _ in present]
+    st = joined.starts
+    return [keys[j] for j in range(len(keys)) if not whole.passed[st[j]:st[j + 1]].all()]
+
+
 def classify(result: CaseResult, rule) -> CaseResult:
     """Apply the matching rule (spec/verdicts.md, step 5): a ``fail`` that a ``mismatch`` rule
-    declares, or an ``error`` that an ``error`` rule declares, takes the rule's kind; anything else
-    keeps its outcome (a passing case records the rule, for the stale check at the end of a run)."""
-    if rule is None or result.outcome in ("unsupported", "not-applicable"):
-        return result   # nothing ran: the rule neither explains it nor goes stale by it
+    declares (every failing output among the rule's ``outputs``, the error ratio within its
+    ``max_ratio``), or an ``error`` whose exception is the rule's (``raises``, ``match``), takes the
+    rule's kind; anything else keeps its outcome, with a message saying which part of the rule did
+    not hold (a passing case records the rule, for the stale check at the end of a run)."""
+    if rule is None or result.outcome in ("unsupported", "not-applicable", *VALIDATION_OUTCOMES):
+        return result   # nothing ran, or a validation result: the rule neither explains it nor goes stale by it
     result.declaration = rule.summary()
-    expected = {"mismatch": "fail", "error": "error"}[rule.expect]
-    if result.outcome == expected:
+    if result.outcome not in ("fail", "error"):
+        return result
+    why = rule.does_not_explain(result.outcome, failed_outputs=result.failed_outputs,
+                                error_ratio=result.error_ratio, exception=result.exception)
+    if why is None:
         result.outcome = rule.kind
-    elif result.outcome in ("fail", "error"):
-        result.message = (f"{rule.label} of {rule.source} matches this case but expects "
-                          f"{'a mismatch' if rule.expect == 'mismatch' else 'an error'}, and the case "
-                          f"{'raised' if result.outcome == 'error' else 'returned numbers that fail'}; "
-                          f"it stays {result.outcome}:\n{result.message}")
+    else:
+        result.message = (f"{rule.label} of {rule.source} matches this case but {why}; it stays "
+                          f"{result.outcome}:\n{result.message}")
     return result
 
 
@@ -860,7 +916,7 @@ def property_results(adapter, dtype: str, device: str, formulas: str, adapter_sp
         ratio = float(ratio) if isinstance(ratio, str) else ratio
         r = CaseResult(adapter.name, adapter.version, device, dtype, f"{p['property']}/{p['formula']}", p["formula"],
                        p["property"], "property", p["outcome"], error_ratio=ratio, compared=p.get("examples", 0),
-                       message=p.get("message", ""), repro=p.get("repro", ""))
+                       message=p.get("message", ""), repro=p.get("repro", ""), exception=p.get("exception"))
         if p["outcome"] == "fail" and p.get("example") is not None:
             r.first_failure = {"example": p["example"]}
         out.append(classify(r, declarations_of(adapter).rule_for(r.case_id, p["property"], dtype, None)))
@@ -893,13 +949,33 @@ class RunSummary:
     def applicable(self) -> list:
         return [r for r in self.results if r.outcome not in ("not-applicable", "unsupported")]
 
+    def validation(self) -> tuple[int, int]:
+        """(rejected, run): the expected-error cases the implementation was called on, and how many
+        of them its framework rejected (spec/verdicts.md, "Validation")."""
+        rejected = sum(1 for r in self.results if r.outcome == "rejected")
+        return rejected, rejected + sum(1 for r in self.results if r.outcome == "not-rejected")
+
     def summary_line(self, name: str) -> str:
-        """NAME: P of A applicable cases pass; B known bugs (R root causes); C conventions; N not applicable"""
+        """NAME: the unexpected outcomes first, then the numeric results (cases and property rows), then
+        validation: 'trl: 2 fail; numeric: 1190 of 1398 applicable results pass, 12 known bugs (3 root
+        causes), 90 conventions, 81 not applicable; validation: rejects 20 of 642 invalid inputs'."""
         count = {k: sum(1 for r in self.results if r.outcome == k) for k in OUTCOMES}
         bug_causes = {(r.declaration["source"], r.declaration["declaration"]) for r in self.results
                       if r.outcome == "bug" and r.declaration}
-        line = (f"{name}: {count['pass']} of {len(self.applicable())} applicable cases pass; "
-                f"{count['bug']} known bugs ({len(bug_causes)} root causes); {count['convention']} conventions; "
-                f"{count['not-applicable']} not applicable")
-        extra = [f"{count[k]} {k}" for k in ("fail", "error", "stale-deviation", "unsupported") if count[k]]
-        return line + ("; " + "; ".join(extra) if extra else "")
+        bad = [f"{count[k]} {k}" for k in BAD_OUTCOMES if count[k]]
+        numeric = [r for r in self.applicable() if r.outcome not in VALIDATION_OUTCOMES]
+        parts = [
+            f"{count['pass']} of {len(numeric)} applicable results pass",
+            f"{_n(count['bug'], 'known bug')} ({_n(len(bug_causes), 'root cause')})",
+            _n(count["convention"], "convention"),
+            f"{count['not-applicable']} not applicable",
+        ]
+        if count["unsupported"]:
+            parts.append(f"{count['unsupported']} unsupported")
+        rejected, run = self.validation()
+        head = "; ".join(bad) if bad else "no unexpected result"
+        return f"{name}: {head}; numeric: {', '.join(parts)}; validation: rejects {rejected} of {run} invalid inputs"
+
+
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}{'' if k == 1 else 's'}"

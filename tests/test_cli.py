@@ -69,7 +69,7 @@ def test_a_module_object_adapter_imports_from_the_current_folder(user_repo):
                "--no-properties", cwd=user_repo)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "No module named" not in r.stdout + r.stderr
-    assert re.search(r"mine: (\d+) of \1 applicable cases pass", r.stdout), r.stdout
+    assert re.search(r"mine: no unexpected result; numeric: (\d+) of \1 applicable results pass", r.stdout), r.stdout
 
 
 def test_failure_lines_keep_the_dtype_and_repro_reruns_the_same_spec(user_repo):

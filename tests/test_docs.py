@@ -225,7 +225,7 @@ def test_plots_are_generated_from_the_reference_into_the_build(site):
 def test_the_adapter_guide_shows_the_output_of_its_executed_example(site):
     text = html_text(site / "adapter-guide.html")
     assert "$ pgspec run --adapter my_adapter:adapter --formulas 'kl.k3,ratio.token' --no-properties" in text
-    assert re.search(r"mine: (\d+) of \1 applicable cases pass", text), "the example adapter no longer passes"
+    assert re.search(r"mine: no unexpected result; numeric: (\d+) of \1 applicable results pass", text), "the example adapter no longer passes"
     assert re.search(r"\d+ passed, \d+ deselected", text)
     assert "fail kl.k3/masked-nan-inf (float32): grad.logprobs" in text
     assert "pytest --pgspec-adapter my_adapter_v2:adapter 'pgspec::kl.k3/masked-nan-inf[float32]'" in text

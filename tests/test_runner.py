@@ -48,12 +48,12 @@ def test_torch_backend_float16_run_has_no_unexpected_outcome(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     results = json.loads((tmp_path / "r.json").read_text())["results"]
     outcomes = {x["outcome"] for x in results}
-    assert outcomes <= {"pass", "convention", "not-applicable"}, outcomes
+    assert outcomes <= {"pass", "convention", "not-applicable", "rejected"}, outcomes
     conventions = {x["case_id"]: x["message"] for x in results if x["outcome"] == "convention"}
     assert "loss.dr_grpo/log-ratio-20" in conventions and "mask.geometric_sequence/log-ratio-200" in conventions
     assert all(c.startswith(("loss.gspo/", "loss.luspo/", "loss.dr_grpo/", "mask.geometric_sequence/"))
                for c in conventions), conventions
-    assert sum(x["outcome"] == "pass" for x in results) > 2000
+    assert sum(x["outcome"] == "pass" for x in results) > 1500 and sum(x["outcome"] == "rejected" for x in results) > 500
 
 
 def test_exp_of_sum_where_mean_is_specified_fails():

@@ -516,6 +516,8 @@ def _installed_version():
 
 
 class AReaLAdapter(Adapter):
+    framework_modules = ("areal",)   # its exceptions are the framework's rejections (spec/verdicts.md)
+
     def available(self):
         if importlib.util.find_spec("areal") is None:
             return False, "AReaL is not installed in this interpreter (see adapters/areal/README.md: ci/install-areal.sh)"

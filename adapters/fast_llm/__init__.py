@@ -190,6 +190,8 @@ IMPLEMENTATIONS = {"loss.bnpo": _grpo("loss.bnpo"), "loss.dapo": _grpo("loss.dap
 
 
 class FastLLMAdapter(SourceAdapter):
+    framework_modules = ("fast_llm",)   # its exceptions are the framework's rejections (spec/verdicts.md)
+
     revisions = REVISIONS
 
     def load(self):

@@ -71,6 +71,8 @@ def load_triton_deviations():
 
 @dataclass
 class LigerAdapter(Adapter):
+    framework_modules = ("liger_kernel",)   # its exceptions are the framework's rejections (spec/verdicts.md)
+
     needs_triton: bool = False
 
     def available(self) -> tuple[bool, str]:

@@ -173,6 +173,8 @@ IMPLEMENTATIONS = {
 
 
 class MegatronAdapter(SourceAdapter):
+    framework_modules = ("megatron",)   # its exceptions are the framework's rejections (spec/verdicts.md)
+
     revisions = REVISIONS
 
     def load(self):

@@ -529,6 +529,8 @@ IMPLEMENTATIONS = {
 
 
 class NeMoRLAdapter(SourceAdapter):
+    framework_modules = ("nemo_rl",)   # its exceptions are the framework's rejections (spec/verdicts.md)
+
     revisions = REVISIONS
 
     def load(self):

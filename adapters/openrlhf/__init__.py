@@ -430,6 +430,7 @@ IMPLEMENTATIONS = {
 
 class OpenRLHFAdapter(Adapter):
     """available() is False (with the reason) when OpenRLHF is missing or its loss cannot be loaded."""
+    framework_modules = ("openrlhf",)   # its exceptions are the framework's rejections (spec/verdicts.md)
 
     def available(self):
         if framework_version() is None:

@@ -532,6 +532,7 @@ IMPLEMENTATIONS = {
 
 class SkyRLAdapter(Adapter):
     """available() is False (with the reason) when skyrl-train is missing or cannot be imported."""
+    framework_modules = ("skyrl_train", "skyrl")   # its exceptions are the framework's rejections (spec/verdicts.md)
 
     def available(self):
         if framework_version() is None:

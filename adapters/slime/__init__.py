@@ -514,6 +514,8 @@ IMPLEMENTATIONS = {
 
 
 class SlimeAdapter(SourceAdapter):
+    framework_modules = ("slime", "slime_plugins")   # its exceptions are the framework's rejections (spec/verdicts.md)
+
     revisions = REVISIONS
 
     def load(self):

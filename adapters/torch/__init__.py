@@ -34,7 +34,7 @@ def implementations() -> dict:
 def make_adapter() -> Adapter:
     import torch
 
-    return Adapter(
+    adapter = Adapter(
         name="torch",
         framework="pgspec built-in PyTorch backend",
         version=f"torch {torch.__version__}",
@@ -43,3 +43,6 @@ def make_adapter() -> Adapter:
         implementations=implementations(),
         deviations=load_deviations(Path(__file__).with_name("deviations.toml")),
     )
+    # the backend is the framework: its own code, and the reference's parameter checks it calls
+    adapter.framework_modules = ("pgspec.adapters.torch", "pgspec.reference")
+    return adapter

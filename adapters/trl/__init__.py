@@ -28,6 +28,8 @@ def _framework_version():
 
 @dataclass
 class TRLAdapter(Adapter):
+    framework_modules = ("trl",)   # its exceptions are the framework's rejections (spec/verdicts.md)
+
     def available(self) -> tuple[bool, str]:
         v = _framework_version()
         if v is None:

@@ -27,6 +27,8 @@ def _installed_version() -> str | None:
 
 @dataclass
 class VerlAdapter(Adapter):
+    framework_modules = ("verl",)   # its exceptions are the framework's rejections (spec/verdicts.md)
+
     def available(self) -> tuple[bool, str]:
         version = _installed_version()
         if version is None:

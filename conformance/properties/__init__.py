@@ -113,8 +113,11 @@ def check_example(adapter, prop_id: str, fid: str, example: dict, dtype: str = "
         res.outcome, res.message, res.error_ratio = "fail", f"{prop_id}: {e}", math.inf
         res.example = encode(example)
         res.repro = repro_snippet(adapter_spec or adapter.name, prop_id, fid, example, dtype, device)
-    except Exception:  # noqa: BLE001 - a crash of the implementation is an outcome
+    except Exception as e:  # noqa: BLE001 - a crash of the implementation is an outcome
+        from ..origin import exception_record
+
         res.outcome, res.message = "error", traceback.format_exc(limit=-6)
+        res.exception = exception_record(e, adapter)
         res.example = encode(example)
         res.repro = repro_snippet(adapter_spec or adapter.name, prop_id, fid, example, dtype, device)
     return res

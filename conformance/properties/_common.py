@@ -49,6 +49,7 @@ class PropertyResult:
     repro: str = ""
     error_ratio: float | None = None
     examples: int = 0
+    exception: dict | None = None     # an error: {"type", "message", "origin", "where"} (conformance/origin.py)
 
     def to_json(self):
         # as dataclasses.asdict gives it (a deep copy), without its generic walk: the fields are
