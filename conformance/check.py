@@ -2146,9 +2146,9 @@ def _classify(adapter, res, formula, params, arrays, seed) -> None:
         # check through a head has the head's arrays instead: hidden states and weights are no input)
         names = {i.name for i in REGISTRY[formula].inputs}
         case["$input_values"] = {k: np.asarray(v).tolist() for k, v in arrays.items() if k in names}
-    rule = decl.rule_for(case_id, formula, res.dtype, case)
-    if rule is not None:
-        classify(res, rule)         # a CheckResult has what it sets: outcome, message, declaration
+    found = decl.rules_for(case_id, formula, res.dtype, case)
+    if found:
+        classify(res, found)        # a CheckResult has what it sets: outcome, message, declaration
 
 
 def _check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales) -> None:

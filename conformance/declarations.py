@@ -296,12 +296,14 @@ class Declarations:
 
     def rule_for(self, case_id: str, formula_id: str, dtype: str, case: dict | None):
         """The first rule that matches the case's IDs, dtype and conditions (None: no rule)."""
-        for d in self._rules_matching(case_id, formula_id):
-            if d.dtypes and dtype not in d.dtypes:
-                continue
-            if d.conditions_hold(case):
-                return d
-        return None
+        found = self.rules_for(case_id, formula_id, dtype, case)
+        return found[0] if found else None
+
+    def rules_for(self, case_id: str, formula_id: str, dtype: str, case: dict | None) -> tuple:
+        """Every rule that matches the case's IDs, dtype and conditions, in file order: a result takes
+        the kind of the first of them that explains it (spec/verdicts.md, step 5)."""
+        return tuple(d for d in self._rules_matching(case_id, formula_id)
+                     if not (d.dtypes and dtype not in d.dtypes) and d.conditions_hold(case))
 
     def _rules_matching(self, case_id: str, formula_id: str) -> tuple:
         """The rules whose ID globs match, in order; remembered for as long as the rules are the same."""

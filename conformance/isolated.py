@@ -350,7 +350,7 @@ class IsolatedAdapter:
                             case["category"], "error", message=message)
         result.repro = repro_snippet(self.adapter_name, case["id"], dtype, device)
         # the worker classified nothing: a crash is an error unless a rule expects one
-        return classify(result, self.deviations.rule_for(case["id"], case["formula"], dtype, case))
+        return classify(result, self.deviations.rules_for(case["id"], case["formula"], dtype, case))
 
     def run_properties(self, dtype: str, device: str, formulas: str) -> list:
         """The property checks, run in the worker; a crash or a hang becomes one error row."""

@@ -659,7 +659,7 @@ def start_case(adapter, case: dict, dtype: str, device: str, *, capabilities=Non
             result.outcome = "not-applicable"
             result.message = why
             return result
-    rule = decl.rule_for(case["id"], case["formula"], dtype, case)
+    rule = decl.rules_for(case["id"], case["formula"], dtype, case)
     if case.get("expect_error"):
         # validation is its own axis: no rule applies to an expected-error case (spec/verdicts.md)
         return _expect_rejection(adapter, case, dtype, device, result)
@@ -860,24 +860,33 @@ def _failed_keys(whole, gathered, present) -> list:
     return [keys[j] for j in range(len(keys)) if not whole.passed[st[j]:st[j + 1]].all()]
 
 
-def classify(result: CaseResult, rule) -> CaseResult:
-    """Apply the matching rule (spec/verdicts.md, step 5): a ``fail`` that a ``mismatch`` rule
-    declares (every failing output among the rule's ``outputs``, the error ratio within its
-    ``max_ratio``), or an ``error`` whose exception is the rule's (``raises``, ``match``), takes the
-    rule's kind; anything else keeps its outcome, with a message saying which part of the rule did
-    not hold (a passing case records the rule, for the stale check at the end of a run)."""
-    if rule is None or result.outcome in ("unsupported", "not-applicable", *VALIDATION_OUTCOMES):
-        return result   # nothing ran, or a validation result: the rule neither explains it nor goes stale by it
-    result.declaration = rule.summary()
-    if result.outcome not in ("fail", "error"):
+def classify(result: CaseResult, rules) -> CaseResult:
+    """Apply the matching rules (spec/verdicts.md, step 5; ``rules``: one rule, a sequence of them in
+    file order, or None): the first that explains the result gives it its kind: a ``fail`` that a
+    ``mismatch`` rule declares (every failing output among the rule's ``outputs``, the error ratio
+    within its ``max_ratio``), or an ``error`` whose exception is the rule's (``raises``, ``match``).
+    Anything else keeps its outcome, with a message saying what of the first matching rule did not
+    hold (a passing case records that rule, for the stale check at the end of a run)."""
+    if rules is None or result.outcome in ("unsupported", "not-applicable", *VALIDATION_OUTCOMES):
+        return result   # nothing ran, or a validation result: no rule explains it nor goes stale by it
+    rules = (rules,) if not isinstance(rules, (tuple, list)) else tuple(rules)
+    if not rules:
         return result
-    why = rule.does_not_explain(result.outcome, failed_outputs=result.failed_outputs,
-                                error_ratio=result.error_ratio, exception=result.exception)
-    if why is None:
-        result.outcome = rule.kind
-    else:
-        result.message = (f"{rule.label} of {rule.source} matches this case but {why}; it stays "
-                          f"{result.outcome}:\n{result.message}")
+    if result.outcome not in ("fail", "error"):
+        result.declaration = rules[0].summary()
+        return result
+    reasons = []
+    for rule in rules:
+        why = rule.does_not_explain(result.outcome, failed_outputs=getattr(result, "failed_outputs", None),
+                                    error_ratio=getattr(result, "error_ratio", None),
+                                    exception=getattr(result, "exception", None))
+        if why is None:
+            result.declaration = rule.summary()
+            result.outcome = rule.kind
+            return result
+        reasons.append(f"{rule.label} of {rule.source} matches this case but {why}")
+    result.declaration = rules[0].summary()
+    result.message = f"{'; '.join(reasons)}; it stays {result.outcome}:\n{result.message}"
     return result
 
 
@@ -919,7 +928,7 @@ def property_results(adapter, dtype: str, device: str, formulas: str, adapter_sp
                        message=p.get("message", ""), repro=p.get("repro", ""), exception=p.get("exception"))
         if p["outcome"] == "fail" and p.get("example") is not None:
             r.first_failure = {"example": p["example"]}
-        out.append(classify(r, declarations_of(adapter).rule_for(r.case_id, p["property"], dtype, None)))
+        out.append(classify(r, declarations_of(adapter).rules_for(r.case_id, p["property"], dtype, None)))
     return out
 
 

@@ -131,3 +131,16 @@ def test_a_capability_that_leaves_a_formula_no_case_is_an_error_of_the_file():
 def test_a_parameter_the_formula_does_not_have_is_an_error():
     with pytest.raises(DeclarationError, match="unknown parameter 'eps_high'"):
         parse(_capability({"eps_high": [0.2]}), "adapters/x/deviations.toml")
+
+
+def test_the_first_matching_rule_that_explains_a_result_classifies_it():
+    """A float64 rule written for the value does not take a gradient failure that a later rule
+    explains (Liger's masked-NaN gradient was a convention in float64 under its float32 rule)."""
+    value_rule = _rule(kind="convention", outputs=["kl"], reason="float32 value")
+    grad_rule = _rule(kind="bug", outputs=["grad.*"], reason="NaN gradient")
+    r = _run(_adapter(spoil_grad=2.0, rules=[value_rule, grad_rule]))
+    assert r.outcome == "bug" and r.declaration["declaration"] == "rule 2"
+    r = _run(_adapter(spoil_value=2.0, rules=[value_rule, grad_rule]))
+    assert r.outcome == "convention" and r.declaration["declaration"] == "rule 1"
+    r = _run(_adapter(spoil_value=2.0, spoil_grad=2.0, rules=[value_rule, grad_rule]))
+    assert r.outcome == "fail" and "rule 1" in r.message and "rule 2" in r.message
