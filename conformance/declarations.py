@@ -21,12 +21,23 @@ KINDS = ("bug", "convention")
 EXPECTS = ("mismatch", "error")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 MAX_DECLARATIONS = 60
+# spec/verdicts.md, "Cause classes": every rule's class, and the kind the class decides (a test holds
+# this table equal to the spec's)
+CAUSES = {
+    "masked-nonfinite": "bug", "exp-overflow": "bug", "cancellation": "bug", "missing-gradient": "bug",
+    "wrong-formula": "bug", "empty-rows-in-sequence-count": "bug", "crash": "bug",
+    "empty-rows-in-row-count": "convention", "empty-batch": "convention", "zero-variance-eps0": "convention",
+    "singleton-group": "convention", "always-on-clamp": "convention", "float32-compute": "convention",
+    "float32-constants": "convention", "dtype-limit": "convention", "epsilon-placement": "convention",
+    "formula-variant": "convention",
+}
 TOP_KEYS = {"tested", "about", "extends", "relink", "drop"}
 PLACEMENT_KEYS = {"replaces", "after", "before"}
 _KEYS = {
-    "unsupported": {"formulas", "reason", "link"},
+    "unsupported": {"formulas", "when", "reason", "link"},
     "capability": {"formulas", "params", "inputs", "reason", "link"},
-    "rule": {"ids", "dtypes", "when", "kind", "expect", "reason", "link", "outputs", "max_ratio", "raises", "match"},
+    "rule": {"ids", "dtypes", "when", "kind", "expect", "reason", "link", "outputs", "max_ratio", "within", "raises",
+             "match", "cause"},
     "check": {"ids", "raises", "match", "reason", "link"},
 }
 _REQUIRED = {
@@ -145,8 +156,11 @@ class Declaration:
     max_ratio: float | None = None  # rules: the largest error ratio the rule accepts (None: any)
     raises: str | None = None       # expect = "error" rules and checks: the exception's type name
     match: str | None = None        # ... and a regular expression its message must contain a match of
+    cause: str | None = None        # rules: the cause class (spec/verdicts.md), which decides the kind
+    within: str | None = None       # mismatch rules: the dtype whose tolerance the result must still meet
 
-    def does_not_explain(self, outcome: str, *, failed_outputs=None, error_ratio=None, exception=None) -> str | None:
+    def does_not_explain(self, outcome: str, *, failed_outputs=None, error_ratio=None, exception=None,
+                         within=None) -> str | None:
         """None when this rule explains a result with ``outcome`` (``fail`` or ``error``), else what
         does not hold, in words (spec/verdicts.md, step 5): a mismatch rule explains a ``fail`` whose
         failing outputs all match its ``outputs`` and whose error ratio is within its ``max_ratio``;
@@ -161,6 +175,12 @@ class Declaration:
                             "fails too")
             if self.max_ratio is not None and (error_ratio is None or not error_ratio <= self.max_ratio):
                 return f"accepts an error ratio up to {self.max_ratio:g}, and the case's is {error_ratio}"
+            if self.within is not None and failed_outputs is not None:
+                outside = (within or {}).get(self.within)
+                mine = [k for k in failed_outputs if outside is None or k in outside]
+                if mine:
+                    return (f"accepts results within the {self.within} tolerance only, and "
+                            f"{', '.join(mine)} {'is' if len(mine) == 1 else 'are'} not")
             return None
         if self.expect != "error":
             return "expects a mismatch, and the case raised"
@@ -209,7 +229,7 @@ class Declaration:
              "reason": self.reason, "link": self.link}
         if self.table == "rule":
             d.update(kind=self.kind, expect=self.expect, dtypes=list(self.dtypes))
-        for key in ("outputs", "max_ratio", "raises", "match"):
+        for key in ("outputs", "max_ratio", "within", "raises", "match", "cause"):
             if getattr(self, key):
                 d[key] = list(self.outputs) if key == "outputs" else getattr(self, key)
         if self.params:
@@ -224,12 +244,15 @@ class Declaration:
         return cls(d["table"], d["position"], d["source"], tuple(d["ids"]), d["reason"], d["link"], d.get("kind"),
                    d.get("expect", "mismatch"), tuple(d.get("dtypes", ())), params, tuple(d.get("inputs", ())),
                    outputs=tuple(d.get("outputs", ())), max_ratio=d.get("max_ratio"), raises=d.get("raises"),
-                   match=d.get("match"))
+                   match=d.get("match"), cause=d.get("cause"), within=d.get("within"))
 
     def summary(self) -> dict:
         """What a result carries about the declaration that classified it."""
-        return {"declaration": self.label, "kind": self.kind or self.table, "reason": self.reason, "link": self.link,
-                "source": self.source}
+        out = {"declaration": self.label, "kind": self.kind or self.table, "reason": self.reason, "link": self.link,
+               "source": self.source}
+        if self.cause:
+            out["cause"] = self.cause
+        return out
 
 
 def resolved_params(case: dict) -> dict:
@@ -282,8 +305,18 @@ class Declarations:
         return None
 
     def unsupported_for(self, formula_id: str):
+        """The first [[unsupported]] entry without ``when`` whose globs match the formula."""
         for d in self.unsupported:
-            if any(fnmatch.fnmatchcase(formula_id, g) for g in d.ids):
+            if not d.params and not d.inputs and any(fnmatch.fnmatchcase(formula_id, g) for g in d.ids):
+                return d
+        return None
+
+    def unsupported_case(self, case: dict):
+        """The first [[unsupported]] entry with ``when`` that holds for the case: a parameter value or
+        input form the framework has but the adapter cannot reach (spec/verdicts.md, step 1)."""
+        for d in self.unsupported:
+            if (d.params or d.inputs) and any(fnmatch.fnmatchcase(case["formula"], g) for g in d.ids) \
+                    and d.conditions_hold(case):
                 return d
         return None
 
@@ -350,6 +383,9 @@ class Declarations:
         for d in [*self.unsupported, *self.capabilities]:
             if not any(fnmatch.fnmatchcase(fid, g) for fid in REGISTRY for g in d.ids):
                 problems.append(f"{at(d)} matches no formula ID")
+            elif d.table == "unsupported" and (d.params or d.inputs) and not any(
+                    any(fnmatch.fnmatchcase(c["formula"], g) for g in d.ids) and d.conditions_hold(c) for c in cases):
+                problems.append(f"{at(d)}: its 'when' holds for no case of the corpus")
         numeric = [c for c in cases if not c.get("expect_error")]
         by_formula: dict = {}
         for c in numeric:
@@ -432,7 +468,7 @@ def _scope(entry: dict, expect: str, where: str) -> dict:
     """What a rule absorbs (spec/verdicts.md, "Rules"): a mismatch rule's ``outputs`` and
     ``max_ratio``; an error rule's ``raises`` and ``match``, which it must give."""
     if expect == "error":
-        bad = sorted({"outputs", "max_ratio"} & set(entry))
+        bad = sorted({"outputs", "max_ratio", "within"} & set(entry))
         if bad:
             raise DeclarationError(f"{where}: {', '.join(bad)} belong to a mismatch rule; an error rule names its "
                                    "exception with raises (and match)")
@@ -454,6 +490,12 @@ def _scope(entry: dict, expect: str, where: str) -> dict:
             raise DeclarationError(f"{where}: max_ratio must be a number above 1 (a ratio of 1 or less passes), "
                                    f"got {m!r}")
         out["max_ratio"] = float(m)
+    if "within" in entry:
+        w = entry["within"]
+        if w not in DTYPES:
+            raise DeclarationError(f"{where}: within must be a dtype whose tolerance the result must meet "
+                                   f"({', '.join(DTYPES)}), got {w!r}")
+        out["within"] = w
     return out
 
 
@@ -679,12 +721,28 @@ def _build(raws: dict, path: str) -> Declarations:
                 when = entry.get("when", {})
                 if not isinstance(when, dict) or set(when) - {"params", "inputs"}:
                     raise DeclarationError(f"{where}: 'when' is a table with 'params' and/or 'inputs', got {when!r}")
-                kw = dict(kind=entry["kind"], expect=expect, dtypes=dtypes,
-                          params=_param_domains(when.get("params", {}), where, _formula_globs_of(ids)),
-                          inputs=_inputs(when["inputs"], where) if "inputs" in when else (),
-                          **_scope(entry, expect, where))
+                conditions = dict(params=_param_domains(when.get("params", {}), where, _formula_globs_of(ids)),
+                                  inputs=_inputs(when["inputs"], where) if "inputs" in when else (),
+                                  **_scope(entry, expect, where))
+                cause = entry.get("cause")
+                if cause is None:
+                    raise DeclarationError(f"{where}: lacks cause (a class of spec/verdicts.md, \"Cause classes\": "
+                                           f"{', '.join(CAUSES)})")
+                if cause not in CAUSES:
+                    raise DeclarationError(f"{where}: cause must be one of the classes of spec/verdicts.md "
+                                           f"({', '.join(CAUSES)}), got {cause!r}")
+                if CAUSES[cause] != entry["kind"]:
+                    raise DeclarationError(f"{where}: a {cause!r} root cause is a {CAUSES[cause]}, by the policy "
+                                           f"(spec/verdicts.md, \"Cause classes\"); the rule says {entry['kind']!r}")
+                kw = dict(kind=entry["kind"], expect=expect, dtypes=dtypes, cause=cause, **conditions)
             elif table == "check":
                 kw = _exception_keys(entry, where)
+            elif table == "unsupported" and "when" in entry:
+                when = entry["when"]
+                if not isinstance(when, dict) or not when or set(when) - {"params", "inputs"}:
+                    raise DeclarationError(f"{where}: 'when' is a table with 'params' and/or 'inputs', got {when!r}")
+                kw = dict(params=_param_domains(when.get("params", {}), where, ids),
+                          inputs=_inputs(when["inputs"], where) if "inputs" in when else ())
             elif table == "capability":
                 if "params" not in entry and "inputs" not in entry:
                     raise DeclarationError(f"{where}: a capability restricts 'params' and/or 'inputs'")

@@ -220,6 +220,8 @@ def pytest_collection_modifyitems(session, config, items):
             unimplemented.append(item)
         elif item.dtype not in adapter.dtypes:
             no_dtype.append(item)
+        elif declarations.unsupported_case(item.case) is not None:
+            unimplemented.append(item)
         elif declarations.not_applicable(item.case) is not None or _untensorable(item.case, item.dtype):
             outside.append(item)
         else:

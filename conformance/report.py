@@ -132,11 +132,11 @@ def _declaration_tables(summary, adapter) -> list[str]:
     decl = declarations_of(adapter)
     matched: dict = {}
     for r in summary.results:
-        d = r.declaration
-        if d:
-            key = (d["source"], d["declaration"])
-            matched.setdefault(key, {}).setdefault(r.outcome, 0)
-            matched[key][r.outcome] += 1
+        for d in [r.declaration, *(r.also or [])]:
+            if d:
+                key = (d["source"], d["declaration"])
+                matched.setdefault(key, {}).setdefault(r.outcome, 0)
+                matched[key][r.outcome] += 1
     lines = []
     rules = decl.rules
     if rules:

@@ -70,6 +70,8 @@ class CaseResult:
     declaration: dict | None = None   # the declaration that classified (or matched) this result
     repro: str = ""
     failed_outputs: list | None = None  # the outputs ("loss", "grad.logprobs") with a failing element
+    within: dict = field(default_factory=dict)  # a failing result: {dtype: its outputs outside that dtype's tolerance}
+    also: list | None = None          # the other rules that explain a result with several root causes
     exception: dict | None = None     # a raised case: {"type", "message", "origin", "where"}
 
     def to_json(self):
@@ -179,8 +181,11 @@ def check_declarations(adapter) -> None:
     if problems:  # a partial corpus cannot tell a dead rule; the run reports the corrupted files (exit 2)
         return
     try:
-        declarations_of(adapter).check_against_corpus(corpus, adapter.dtypes, property_ids,
-                                                      implemented=set(adapter.capabilities()))
+        try:
+            implemented = set(adapter.capabilities())
+        except Exception:  # noqa: BLE001 - the adapter's own fault, reported where capabilities are read
+            implemented = None
+        declarations_of(adapter).check_against_corpus(corpus, adapter.dtypes, property_ids, implemented=implemented)
     except DeclarationError as e:
         raise RunError(f"adapter {adapter.name!r}: declarations file error:\n{e}") from None
 
@@ -647,6 +652,12 @@ def start_case(adapter, case: dict, dtype: str, device: str, *, capabilities=Non
         result.outcome = "unsupported"
         result.message = f"{adapter.name} does not support {dtype}"
         return result
+    unreachable = decl.unsupported_case(case)
+    if unreachable is not None:
+        result.outcome = "unsupported"
+        result.message = unreachable.reason
+        result.declaration = unreachable.summary()
+        return result
     outside = decl.not_applicable(case)
     if outside is not None:
         result.outcome = "not-applicable"
@@ -793,7 +804,23 @@ class _Pending:
     def finish(self, whole) -> CaseResult:
         """The CaseResult, from ``whole`` (the comparison of every output at once, or None: then
         output by output), with the declarations applied."""
-        return classify(self._compare(whole), self.rule)
+        result = self._compare(whole)
+        if result.outcome == "fail" and self.rule:
+            for dtype in {r.within for r in self.rule if getattr(r, "within", None)}:
+                result.within[dtype] = self._passes_within(dtype)
+        return classify(result, self.rule)
+
+    def _passes_within(self, dtype: str) -> list:
+        """The compared outputs that are outside the tolerance bound of ``dtype`` (a rule's ``within``:
+        a float64 run of a framework that computes in float32 judged as float32)."""
+        keys = [key for key, _, _ in self.present]
+        if self.gathered is not _NOT_GATHERED and self.gathered is not None:
+            joined, g = self.gathered
+            out = compare.compare_prepared(g, joined, self.family, dtype)
+            st = joined.starts
+            return [keys[j] for j in range(len(keys)) if not out.passed[st[j]:st[j + 1]].all()]
+        return [key for key, ref, got in self.present
+                if got is None or compare.compare_output(self.case, key, ref, got, self.family, dtype).failure is not None]
 
     def _compare(self, whole) -> CaseResult:
         case, result, dtype, family = self.case, self.result, self.dtype, self.family
@@ -862,11 +889,13 @@ def _failed_keys(whole, gathered, present) -> list:
 
 def classify(result: CaseResult, rules) -> CaseResult:
     """Apply the matching rules (spec/verdicts.md, step 5; ``rules``: one rule, a sequence of them in
-    file order, or None): the first that explains the result gives it its kind: a ``fail`` that a
-    ``mismatch`` rule declares (every failing output among the rule's ``outputs``, the error ratio
-    within its ``max_ratio``), or an ``error`` whose exception is the rule's (``raises``, ``match``).
-    Anything else keeps its outcome, with a message saying what of the first matching rule did not
-    hold (a passing case records that rule, for the stale check at the end of a run)."""
+    file order, or None).  A ``fail`` is explained when every failing output is covered by a matching
+    mismatch rule (its ``outputs``; its ``max_ratio`` bounds the result's error ratio): one rule, or
+    several root causes at once, each explaining its own outputs.  An ``error`` is explained by the
+    first matching error rule whose exception it is (``raises``, ``match``).  An explained result takes
+    the kind of its rules (``bug`` if any of them is a bug) and names the first of them.  Anything else
+    keeps its outcome, with a message saying what of each matching rule did not hold (a passing case
+    records the first matching rule, for the stale check at the end of a run)."""
     if rules is None or result.outcome in ("unsupported", "not-applicable", *VALIDATION_OUTCOMES):
         return result   # nothing ran, or a validation result: no rule explains it nor goes stale by it
     rules = (rules,) if not isinstance(rules, (tuple, list)) else tuple(rules)
@@ -875,19 +904,55 @@ def classify(result: CaseResult, rules) -> CaseResult:
     if result.outcome not in ("fail", "error"):
         result.declaration = rules[0].summary()
         return result
-    reasons = []
+    failed = getattr(result, "failed_outputs", None)
+    ratio = getattr(result, "error_ratio", None)
+    exception = getattr(result, "exception", None)
+    reasons, used = [], None
     for rule in rules:
-        why = rule.does_not_explain(result.outcome, failed_outputs=getattr(result, "failed_outputs", None),
-                                    error_ratio=getattr(result, "error_ratio", None),
-                                    exception=getattr(result, "exception", None))
+        why = rule.does_not_explain(result.outcome, failed_outputs=failed, error_ratio=ratio, exception=exception,
+                                    within=getattr(result, "within", None))
         if why is None:
-            result.declaration = rule.summary()
-            result.outcome = rule.kind
-            return result
+            used = [rule]
+            break
         reasons.append(f"{rule.label} of {rule.source} matches this case but {why}")
-    result.declaration = rules[0].summary()
-    result.message = f"{'; '.join(reasons)}; it stays {result.outcome}:\n{result.message}"
+    if used is None and result.outcome == "fail" and failed:
+        used = _covering_rules(rules, failed, ratio, getattr(result, "within", None) or {})
+    if used is None:
+        result.declaration = rules[0].summary()
+        result.message = f"{'; '.join(reasons)}; it stays {result.outcome}:\n{result.message}"
+        return result
+    result.outcome = "bug" if any(r.kind == "bug" for r in used) else used[0].kind
+    first = next(r for r in used if r.kind == result.outcome)
+    result.declaration = first.summary()
+    others = [r.summary() for r in used if r is not first]
+    if others and hasattr(result, "also"):
+        result.also = others
+    if len(used) > 1:
+        result.message = (f"two or more root causes: " + "; ".join(
+            f"{r.label} ({r.cause}: {', '.join(r.outputs)})" for r in used) + "\n" + result.message)
     return result
+
+
+def _covering_rules(rules, failed, ratio, within):
+    """Mismatch rules that together cover every failing output (each output by the first rule, in
+    file order, whose ``outputs`` name it and whose ``max_ratio`` admits the result's ratio), or None."""
+    used = []
+    for key in failed:
+        for rule in rules:
+            if rule.expect != "mismatch" or not rule.outputs:
+                continue
+            if not any(fnmatch.fnmatchcase(key, g) for g in rule.outputs):
+                continue
+            if rule.max_ratio is not None and (ratio is None or not ratio <= rule.max_ratio):
+                continue
+            if rule.within is not None and (rule.within not in within or key in within[rule.within]):
+                continue
+            if rule not in used:
+                used.append(rule)
+            break
+        else:
+            return None
+    return used
 
 
 def repro_snippet(adapter: str, case_id: str, dtype: str, device: str) -> str:
@@ -941,9 +1006,9 @@ class RunSummary:
         its passing cases become ``stale-deviation`` (spec/verdicts.md)."""
         by_rule: dict = {}
         for r in self.results:
-            d = r.declaration
-            if d and d["declaration"].startswith("rule "):
-                by_rule.setdefault((d["source"], d["declaration"]), []).append(r)
+            for d in [r.declaration, *(r.also or [])]:
+                if d and d["declaration"].startswith("rule "):
+                    by_rule.setdefault((d["source"], d["declaration"]), []).append(r)
         for (source, label), rs in by_rule.items():
             if all(r.outcome == "pass" for r in rs):
                 for r in rs:

@@ -649,6 +649,7 @@ def _never_clips_declaring(text):
 RULE = """[[rule]]
 ids = ["loss.bnpo"]
 kind = "bug"
+cause = "wrong-formula"
 reason = "ignores the clip"
 link = "https://example.invalid/loss.py#L1"
 """

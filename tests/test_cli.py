@@ -44,6 +44,8 @@ def token_ratio_masked_by_multiplication(inputs, params):
 adapter = Adapter("mine", "my-framework", "0.1", implementations={"ratio.token": token_ratio})
 broken = Adapter("mine-broken", "my-framework", "0.1",
                  implementations={"ratio.token": token_ratio_masked_by_multiplication})
+# the framework is this module: its exceptions are its rejections of invalid input
+adapter.framework_modules = broken.framework_modules = (__name__,)
 '''
 
 

@@ -31,12 +31,14 @@ link = "{BASE_COMMIT}loss.py#L20-L22"
 name = "k3-eps"
 ids = ["kl.k3"]
 kind = "convention"
+cause = "formula-variant"
 reason = "an epsilon"
 link = "{BASE_COMMIT}kl.py#L5"
 
 [[rule]]
 ids = ["kl.k1"]
 kind = "bug"
+cause = "wrong-formula"
 reason = "a bug"
 link = "{BASE_COMMIT}kl.py#L9"
 """
@@ -90,6 +92,7 @@ link = "{HEAD_COMMIT}loss.py#L1"
 replaces = "k3-eps"
 ids = ["kl.k3"]
 kind = "bug"
+cause = "wrong-formula"
 reason = "the epsilon is now wrong"
 link = "{HEAD_COMMIT}kl.py#L7"
 
@@ -97,12 +100,14 @@ link = "{HEAD_COMMIT}kl.py#L7"
 after = "k3-eps"
 ids = ["kl.k2"]
 kind = "convention"
+cause = "formula-variant"
 reason = "new at the head"
 link = "{HEAD_COMMIT}kl.py#L8"
 
 [[rule]]
 ids = ["kl.k3_unbiased"]
 kind = "convention"
+cause = "formula-variant"
 reason = "appended"
 link = "{HEAD_COMMIT}kl.py#L9"
 """
@@ -129,19 +134,19 @@ def test_a_chain_of_extensions_resolves_in_order(tmp_path):
     ('extends = "nope.toml"\n', r"deviations-pr1.toml: extends = 'nope.toml': no such file"),
     ('extends = 3\n', r"deviations-pr1.toml: extends must be the path of one declarations file"),
     ('extends = "deviations.toml"\ndrop = ["ghost"]\n', r"drop: no inherited declaration is named 'ghost'"),
-    ('extends = "deviations.toml"\n[[rule]]\nname = "k3-eps"\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\n'
+    ('extends = "deviations.toml"\n[[rule]]\nname = "k3-eps"\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"\n'
      'link = "l"\n', r"deviations-pr1.toml, line 2: \[\[rule\]\] #1: name 'k3-eps' overrides the inherited "
                      r"\[\[rule\]\] at .*deviations.toml, line \d+; write replaces = 'k3-eps'"),
-    ('extends = "deviations.toml"\n\n[[rule]]\nreplaces = "no-clamp"\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\n'
+    ('extends = "deviations.toml"\n\n[[rule]]\nreplaces = "no-clamp"\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"\n'
      'link = "l"\n', r"deviations-pr1.toml, line 3: \[\[rule\]\] #1: replaces = 'no-clamp': no \[\[rule\]\] of "
                      r"that name \(it is a \[\[capability\]\]\)"),
-    ('extends = "deviations.toml"\n[[rule]]\nafter = "k3-eps"\nbefore = "k3-eps"\nids = ["kl.k3"]\nkind = "bug"\n'
+    ('extends = "deviations.toml"\n[[rule]]\nafter = "k3-eps"\nbefore = "k3-eps"\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\n'
      'reason = "r"\nlink = "l"\n', r"line 2: \[\[rule\]\] #1: give one of replaces, after, before"),
     ('extends = "deviations.toml"\ndrop = ["k3-eps"]\n[[rule]]\nreplaces = "k3-eps"\nids = ["kl.k3"]\n'
-     'kind = "bug"\nreason = "r"\nlink = "l"\n', r"replaces = 'k3-eps', which this file drops"),
-    ('extends = "deviations.toml"\n[[rule]]\nreplaces = "k3-eps"\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\n'
-     'link = "l"\n[[rule]]\nreplaces = "k3-eps"\nids = ["kl.k1"]\nkind = "bug"\nreason = "r"\nlink = "l"\n',
-     r"line 8: \[\[rule\]\] #2: 'k3-eps' is already replaced at .*line 2"),
+     'kind = "bug"\ncause = "wrong-formula"\nreason = "r"\nlink = "l"\n', r"replaces = 'k3-eps', which this file drops"),
+    ('extends = "deviations.toml"\n[[rule]]\nreplaces = "k3-eps"\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"\n'
+     'link = "l"\n[[rule]]\nreplaces = "k3-eps"\nids = ["kl.k1"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"\nlink = "l"\n',
+     r"line 9: \[\[rule\]\] #2: 'k3-eps' is already replaced at .*line 2"),
     (f'extends = "deviations.toml"\n[relink]\n"https://elsewhere.invalid/" = "{HEAD_COMMIT}"\n',
      r"relink: the inherited link of \[\[unsupported\]\] at .*deviations.toml, line 2 \(.*loss.py#L10\) starts "
      r"with none of the relink prefixes"),
@@ -174,11 +179,11 @@ def test_a_cycle_is_an_error(tmp_path):
 @pytest.mark.parametrize("text, message", [
     ('drop = ["x"]\n', "'drop' is only meaningful with extends"),
     (f'[relink]\n"{BASE_COMMIT}" = "{HEAD_COMMIT}"\n', "'relink' is only meaningful with extends"),
-    ('[[rule]]\nafter = "x"\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\nlink = "l"\n',
+    ('[[rule]]\nafter = "x"\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"\nlink = "l"\n',
      r"line 1: \[\[rule\]\] #1: after only in a file with extends"),
-    ('[[rule]]\nname = "a"\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\nlink = "l"\n'
-     '[[rule]]\nname = "a"\nids = ["kl.k1"]\nkind = "bug"\nreason = "r"\nlink = "l"\n',
-     r"line 7: \[\[rule\]\] #2: name 'a' is already used at .*line 1"),
+    ('[[rule]]\nname = "a"\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"\nlink = "l"\n'
+     '[[rule]]\nname = "a"\nids = ["kl.k1"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"\nlink = "l"\n',
+     r"line 8: \[\[rule\]\] #2: name 'a' is already used at .*line 1"),
 ])
 def test_extension_keys_outside_an_extending_file_are_errors(tmp_path, text, message):
     path = tmp_path / "deviations.toml"

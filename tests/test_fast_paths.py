@@ -163,7 +163,7 @@ def test_case_result_json_is_what_asdict_gives():
 
     r = runner.CaseResult("a", "v", "cpu", "float32", "id", "f", "fam", "cat", "fail", error=math.inf, bound=1.0,
                           error_ratio=float("nan"), compared=3, first_failure={"output": "x", "index": [1, 2]},
-                          message="m", declaration={"kind": "bug", "nested": {"x": [1]}}, repro="r")
+                          message="m", declaration={"kind": "bug", "cause": "wrong-formula", "nested": {"x": [1]}}, repro="r")
     for result in (r, runner.CaseResult("a", "v", "cpu", "float64", "id", "f", "fam", "cat", "pass")):
         want = dataclasses.asdict(result)
         for k in ("error", "bound", "error_ratio"):

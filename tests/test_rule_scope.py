@@ -32,7 +32,9 @@ def _adapter(spoil_value=1.0, spoil_grad=1.0, raise_with=None, rules=()):
 
 
 def _rule(**kw):
-    return {"ids": ["kl.k1"], "kind": "bug", "reason": "r", "link": LINK, **kw}
+    kind = kw.get("kind", "bug")
+    return {"ids": ["kl.k1"], "kind": kind, "cause": "wrong-formula" if kind == "bug" else "formula-variant",
+            "reason": "r", "link": LINK, **kw}
 
 
 def _run(adapter):
@@ -142,5 +144,12 @@ def test_the_first_matching_rule_that_explains_a_result_classifies_it():
     assert r.outcome == "bug" and r.declaration["declaration"] == "rule 2"
     r = _run(_adapter(spoil_value=2.0, rules=[value_rule, grad_rule]))
     assert r.outcome == "convention" and r.declaration["declaration"] == "rule 1"
+    # two root causes in one result: each output explained by its own rule; a bug among them makes a bug
     r = _run(_adapter(spoil_value=2.0, spoil_grad=2.0, rules=[value_rule, grad_rule]))
-    assert r.outcome == "fail" and "rule 1" in r.message and "rule 2" in r.message
+    assert r.outcome == "bug" and r.declaration["declaration"] == "rule 2" and "two or more root causes" in r.message
+    r = _run(_adapter(spoil_value=2.0, spoil_grad=2.0, rules=[value_rule]))
+    assert r.outcome == "fail" and "grad.logprobs fails too" in r.message
+    # a max_ratio rule covers its output only within its bound, also together with another rule
+    bounded = _rule(kind="convention", outputs=["kl"], reason="float32 value", max_ratio=1e6)
+    r = _run(_adapter(spoil_value=2.0, spoil_grad=2.0, rules=[bounded, grad_rule]))
+    assert r.outcome == "fail"

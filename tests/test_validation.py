@@ -124,7 +124,7 @@ def test_a_declared_check_counts_an_adapter_rejection_only_for_its_exception():
 
 
 def test_no_rule_applies_to_an_expected_error_case():
-    decl = parse({"rule": [{"ids": ["kl.*"], "kind": "convention", "reason": "r",
+    decl = parse({"rule": [{"ids": ["kl.*"], "kind": "convention", "cause": "formula-variant", "reason": "r",
                             "link": "https://example.org/a#L1"}]}, "adapters/x/deviations.toml")
     a = _like_torch(lambda fid, inputs, params: None)
     a.deviations = decl
@@ -135,7 +135,7 @@ def test_no_rule_applies_to_an_expected_error_case():
 def test_a_rule_that_matches_only_expected_error_cases_is_an_error_of_the_file():
     from pgspec.conformance import golden
 
-    decl = parse({"rule": [{"ids": ["*/error-*"], "kind": "convention", "reason": "r",
+    decl = parse({"rule": [{"ids": ["*/error-*"], "kind": "convention", "cause": "formula-variant", "reason": "r",
                             "link": "https://example.org/a#L1"}]}, "adapters/x/deviations.toml")
     with pytest.raises(DeclarationError, match="only expected-error cases"):
         decl.check_against_corpus(golden.load_all(), ("float64",))

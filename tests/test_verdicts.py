@@ -51,6 +51,7 @@ def test_a_mismatch_rule_does_not_hide_a_crash():
 [[rule]]
 ids = ["ratio.token"]
 kind = "bug"
+cause = "wrong-formula"
 reason = "thought to differ"
 link = "{LINK}"
 """)
@@ -65,6 +66,7 @@ def test_an_error_rule_declares_an_expected_crash():
 [[rule]]
 ids = ["ratio.token"]
 kind = "bug"
+cause = "wrong-formula"
 expect = "error"
 raises = "RuntimeError"
 match = "^boom"
@@ -81,6 +83,7 @@ def test_an_error_rule_does_not_absorb_a_wrong_number():
 [[rule]]
 ids = ["ratio.sequence_geometric"]
 kind = "bug"
+cause = "wrong-formula"
 expect = "error"
 raises = "RuntimeError"
 reason = "expected to raise"
@@ -139,6 +142,7 @@ def test_a_rule_when_clause_selects_cases_by_parameters():
 ids = ["ratio.sequence_geometric"]
 when = {{ inputs = ["not all_masked"] }}
 kind = "bug"
+cause = "wrong-formula"
 reason = "exp(sum) where exp(mean) is specified"
 link = "{LINK}"
 """
@@ -154,6 +158,7 @@ def test_a_rule_whose_cases_all_pass_is_stale():
 [[rule]]
 ids = ["ratio.token/two-tokens"]
 kind = "convention"
+cause = "formula-variant"
 reason = "thought to differ"
 link = "{LINK}"
 """
@@ -171,6 +176,7 @@ def test_a_rule_matching_nothing_is_an_error_of_the_file():
 [[rule]]
 ids = ["ratio.token/no-such-case"]
 kind = "bug"
+cause = "wrong-formula"
 reason = "nothing"
 link = "{LINK}"
 """)
@@ -189,6 +195,7 @@ def test_a_rule_whose_conditions_never_hold_is_an_error_of_the_file():
 ids = ["ratio.token"]
 when = {{ inputs = ["packed_documents"] }}
 kind = "bug"
+cause = "wrong-formula"
 reason = "never"
 link = "{LINK}"
 """)
@@ -198,11 +205,11 @@ link = "{LINK}"
 
 @pytest.mark.parametrize("text, message", [
     ('[[rule]]\nids = ["kl.k3"]\nkind = "bogus"\nreason = "r"\nlink = "l"', "kind must be one of bug, convention"),
-    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nexpect = "crash"\nreason = "r"\nlink = "l"', "expect must be one of"),
-    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"', "lacks link"),
-    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\nlink = "l"\nid = "x"', "unknown key(s) id"),
-    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\nlink = "l"\ndtypes = ["float8"]', "unknown dtype"),
-    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\nlink = "l"\nwhen = { inputs = ["purple"] }',
+    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\nexpect = "crash"\nreason = "r"\nlink = "l"', "expect must be one of"),
+    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"', "lacks link"),
+    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"\nlink = "l"\nid = "x"', "unknown key(s) id"),
+    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"\nlink = "l"\ndtypes = ["float8"]', "unknown dtype"),
+    ('[[rule]]\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"\nlink = "l"\nwhen = { inputs = ["purple"] }',
      "unknown input predicate 'purple'"),
     ('[[capability]]\nformulas = ["kl.k3"]\nparams = { nope = [1] }\nreason = "r"\nlink = "l"',
      "unknown parameter 'nope'"),
@@ -217,9 +224,9 @@ def test_a_malformed_file_names_the_declaration_and_the_key(text, message):
 
 def test_a_malformed_declaration_is_named_by_its_line(tmp_path):
     path = tmp_path / "deviations.toml"
-    path.write_text(f'[[rule]]\nids = ["kl.k3"]\nkind = "bug"\nreason = "r"\nlink = "{LINK}"\n\n'
+    path.write_text(f'[[rule]]\nids = ["kl.k3"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "r"\nlink = "{LINK}"\n\n'
                     '[[rule]]\nids = ["kl.k3"]\nkind = "oops"\nreason = "r"\nlink = "l"\n')
-    with pytest.raises(DeclarationError, match=r"deviations.toml, line 7: \[\[rule\]\] #2: kind must be one of"):
+    with pytest.raises(DeclarationError, match=r"deviations.toml, line 8: \[\[rule\]\] #2: kind must be one of"):
         load(path)
 
 
@@ -349,10 +356,10 @@ def test_rule_lookup_agrees_with_a_plain_scan_and_sees_a_new_rule():
                 matched += got is not None
     assert matched > 100
     # a rule added after lookups is found: the remembered matches follow the rule list
-    d = decl('[[rule]]\nids = ["ratio.token/*"]\nkind = "convention"\nreason = "r"\nlink = "https://x"\n')
+    d = decl('[[rule]]\nids = ["ratio.token/*"]\nkind = "convention"\ncause = "formula-variant"\nreason = "r"\nlink = "https://x"\n')
     case = next(c for c in cases if c["formula"] == "ratio.token")
     first = d.rule_for(case["id"], case["formula"], "float64", case)
-    extra = decl('[[rule]]\nids = ["ratio.*"]\nkind = "bug"\nreason = "s"\nlink = "https://y"\n').rules[0]
+    extra = decl('[[rule]]\nids = ["ratio.*"]\nkind = "bug"\ncause = "wrong-formula"\nreason = "s"\nlink = "https://y"\n').rules[0]
     d.rules.insert(0, extra)
     assert first is not None and d.rule_for(case["id"], case["formula"], "float64", case) is extra
     d.rules[0] = first                      # and a rule replaced in place
@@ -394,6 +401,7 @@ def test_the_tables_rows_give_the_verdicts_the_json_rows_give():
 [[rule]]
 ids = ["ratio.sequence_geometric"]
 kind = "bug"
+cause = "wrong-formula"
 reason = "exp(sum) where exp(mean) is specified"
 link = "{LINK}"
 """
