@@ -281,3 +281,82 @@ def zero_logprob(case: dict) -> bool:
             if keep and float(v) >= 0:
                 return True
     return False
+
+
+# the sequence-level formulas whose clip compares a row's geometric ratio exp(mean(l - l_old))
+_SEQUENCE_CLIPPED = ("surrogate.gspo", "loss.gspo")
+
+
+def ratio_near_clip_bound(case: dict) -> bool:
+    """The case's formula clips a ratio (it has ``eps_low`` or ``eps_high``) and some ratio it clips
+    lies within a relative 2^-7 (bfloat16's spacing just above 1; float16's is finer) of a clip bound
+    1 - eps_low or 1 + eps_high: a token's ratio exp(logprobs - old_logprobs) at an unmasked position,
+    or, for GSPO and sequence-level LUSPO, a row's geometric ratio exp(mean of its unmasked
+    log-ratios).  Rounding the ratio or the bound to a 16-bit dtype can put it on the other side."""
+    params = _params(case)
+    lo, hi = params.get("eps_low"), params.get("eps_high")
+    bounds = [1 - _real(lo)] if lo is not None else []
+    bounds += [1 + _real(hi)] if hi is not None else []
+    bounds = [b for b in bounds if math.isfinite(b)]
+    ins = inputs_of(case)
+    mask, lp, old = ins.get("mask"), ins.get("logprobs"), ins.get("old_logprobs")
+    if not bounds or not all(isinstance(x, list) for x in (mask, lp, old)):
+        return False
+    sequence = case["formula"] in _SEQUENCE_CLIPPED or (case["formula"] == "loss.luspo"
+                                                         and params.get("ratio_level") == "sequence")
+    ratios = []
+    for r1, r2, mrow in zip(lp, old, mask):
+        if not (isinstance(r1, list) and isinstance(r2, list)):
+            continue
+        logs = [_real(a) - _real(b) for a, b, m in zip(r1, r2, mrow) if m]
+        logs = [x for x in logs if math.isfinite(x)]
+        if sequence:
+            ratios += [math.exp(min(sum(logs) / len(logs), 700.0))] if logs else []
+        else:
+            ratios += [math.exp(min(x, 700.0)) for x in logs]
+    return any(abs(r - b) <= 2.0 ** -7 * b for r in ratios for b in bounds)
+
+
+# the aggregator of each loss recipe's policy term (reference/loss.py): what kl_aggregation = "policy"
+# aggregates the KL term with; loss.dapo and loss.cispo by their ``aggregation`` parameter
+_RECIPE_AGGREGATOR = {
+    "loss.grpo": "sample_mean", "loss.sapo": "sample_mean", "loss.gspo": "sample_mean", "loss.gmpo": "sample_mean",
+    "loss.bnpo": "token_mean", "loss.vespo": "token_mean", "loss.dr_grpo": "constant",
+    "loss.luspo": "seq_mean_token_sum", "loss.minirl": "seq_mean_token_sum",
+}
+
+
+def _kl_aggregator(case: dict):
+    """How the case's KL term is aggregated: None without one (beta 0), else the agg.* name."""
+    params = _params(case)
+    if not _real(params.get("beta") or 0) > 0:
+        return None
+    if params.get("kl_aggregation", "policy") != "policy":
+        return params["kl_aggregation"]
+    if case["formula"] in ("loss.dapo", "loss.cispo"):
+        return params.get("aggregation")
+    return _RECIPE_AGGREGATOR.get(case["formula"], "other")
+
+
+def kl_term_token_mean(case: dict) -> bool:
+    """The case has no KL term (``beta`` = 0), or its KL term is aggregated as the batch's token
+    mean: ``kl_aggregation = token_mean``, or ``policy`` in a recipe whose policy term is a token
+    mean (``loss.bnpo``, ``loss.vespo``; ``loss.dapo`` and ``loss.cispo`` with ``aggregation =
+    token_mean``)."""
+    return _kl_aggregator(case) in (None, "token_mean")
+
+
+def kl_term_sample_mean(case: dict) -> bool:
+    """The case has no KL term (``beta`` = 0), or its KL term is aggregated as a mean of the
+    sequences' token means: ``kl_aggregation = sample_mean``, or ``policy`` in a recipe whose policy
+    term is a sample mean (``loss.grpo``, ``loss.sapo``, ``loss.gspo``, ``loss.gmpo``)."""
+    return _kl_aggregator(case) in (None, "sample_mean")
+
+
+def opsm_sequence_gate_on_token_advantages(case: dict) -> bool:
+    """The case sets OPSM (``opsm_delta`` not null), gives per-token advantages ([B,T]) and gates a
+    sequence by its mean advantage (``opsm_advantage_gate = sequence_mean``): an implementation that
+    gates each token by its own advantage (``token``) reads the same inputs another way."""
+    params = _params(case)
+    return (params.get("opsm_delta") is not None and params.get("opsm_advantage_gate") == "sequence_mean"
+            and per_token_advantages(case))

@@ -117,6 +117,15 @@ def _group_normalized():
              "TRL settings (Bessel, eps 1e-4) on (1, 1, 1, 0): A = 0.25/0.5001 = 0.49990002 and "
              "-0.75/0.5001 = -1.49970006",
              ANCHOR, {"std": "bessel", "eps": "1e-4"}),
+        Case(f"{fid}/eps-megatron", fid, "example",
+             "Megatron-LM calculate_grpo_advantages settings (population std, eps 1e-4 added to it, singleton "
+             "0, one group size) on (1, 1, 1, 0): sigma = sqrt(0.1875) = 0.4330127019, A = 0.25/0.4331127019 = "
+             "0.5772169666 three times and -1.7316508999",
+             ANCHOR, {"std": "population", "eps": "1e-4"}),
+        Case(f"{fid}/eps-nemo-rl", fid, "example",
+             "NeMo-RL GRPOAdvantageEstimator settings (Bessel std + 1e-6, singleton 0) on (1, 1, 1, 0): "
+             "sigma = 0.5, A = 0.25/0.500001 = 0.4999990000 three times and -0.75/0.500001 = -1.4999970000",
+             ANCHOR, {"std": "bessel", "eps": "1e-6"}),
         Case(f"{fid}/eps-variance", fid, "example",
              "eps_placement='variance', eps 1e-4 on (1, 1, 1, 0): divide by sqrt(0.1875 + 0.0001) = "
              "0.4331281566, A = 0.5771963707 and -1.7315891120",

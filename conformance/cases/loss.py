@@ -308,6 +308,14 @@ def edges(fid):
                         {**p0, "eps_low": 0, "eps_high": 0}))
     if fid in GROUPED:
         out += [
+            # the batch-pooled token mean is the aggregation TRL, Liger and verl run for DAPO and CISPO
+            case(fid, "masked-nan-inf-token-mean", "edge",
+                 "NaN and infinities at masked positions, with the batch-pooled token mean (aggregation = token_mean)",
+                 DIRTY, {"aggregation": "token_mean"}),
+            case(fid, "masked-nan-inf-token-mean-kl", "edge",
+                 "NaN and infinities at masked positions of every input, the KL term's reference log-probs too "
+                 "(beta = 0.04, k3), with the batch-pooled token mean",
+                 DIRTY, {"aggregation": "token_mean", "beta": "0.04"}),
             case(fid, "singleton-group", "edge",
                  "groups (0, 1, 1): group 0 holds one sequence (its own token mean)", dict(base, group_ids=[0, 1, 1])),
             case(fid, "empty-group", "edge",
