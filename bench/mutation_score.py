@@ -18,9 +18,14 @@ Each mutant is the built-in torch backend with one automatic change to one of it
 
 Each mutant runs in its own process (the mutated module is served by an import hook, so the
 repository is never written), bounded in time (--timeout) and memory (--memory-gb), against the
-golden cases of the mutated family and of the loss recipes, in float64, plus the property checks of
-those formulas.  A mutant is *killed* when any case or property is not ``pass`` (a crash counts),
-and *survives* otherwise.  Survivors that cannot change any result are listed with the reason in
+golden cases of the mutated family and of the loss recipes, in float64 and in bfloat16 (the dtype
+the backend's own declarations speak of), plus the property checks of those formulas, judged with the
+backend's declarations as `pgspec run` judges it.  A mutant is *killed* when any result is an
+unexpected ``fail``, ``error`` or ``stale-deviation`` (a crash counts), or an invalid input the
+backend no longer rejects (``not-rejected``); *absorbed* when it is not
+killed but some result a declaration classifies (``bug``, ``convention``) differs from the unmutated
+backend's (its outcome, error ratio or failing outputs): a rule took a failure it was not written
+for (spec/verdicts.md, "Rules"); and *survives* otherwise.  Survivors that cannot change any result are listed with the reason in
 ``bench/mutation_equivalents.toml`` (file, line, mutation, why); the others are printed with the
 file, line and mutation so that a case can be added that catches them.  Output: the kill rate over
 non-equivalent mutants, the sample size and every survivor.
@@ -183,8 +188,11 @@ class _Replace(ast.NodeTransformer):
 
 
 def mutate(family: str, index: int) -> tuple[str, Mutant]:
-    """The mutated source of adapters/torch/<family>.py at site ``index``, and the mutant."""
+    """The mutated source of adapters/torch/<family>.py at site ``index``, and the mutant (index -1:
+    the unmutated source, for the baseline)."""
     path = TORCH / f"{family}.py"
+    if index < 0:
+        return path.read_text(), Mutant(family, 0, 0, "none", "unmutated", -1)
     tree = ast.parse(path.read_text())
     found, _ = sites(tree)
     node, kind, text, apply = found[index]
@@ -244,37 +252,68 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 sys.meta_path.insert(0, Finder())
 from pgspec.conformance import runner, properties
 fam = {"is_": "is"}.get(family, family)
-adapter = runner.load_adapter("torch")
-adapter.deviations = type(adapter.deviations)()   # judge the mutant on the corpus alone
-killed = []
+adapter = runner.load_adapter("torch")          # with its own declarations, as `pgspec run` judges it
 globs = f"{fam}.*,loss.*"
-for case in runner.select_cases(globs):
-    r = runner.run_case(adapter, case, "float64", "cpu")
-    if r.outcome in ("fail", "error"):   # not-applicable (a ragged expected-error case) is no verdict
-        killed.append(f"{r.case_id}: {r.outcome}")
-        break
-if not killed:
-    for p in properties.run_properties(adapter, "float64", "cpu", globs):
-        if p.outcome in ("fail", "error"):
-            killed.append(f"{p.property}/{p.formula}: {p.outcome}")
+rows = {}
+killed = []
+for dtype in ("float64", "bfloat16"):
+    results = [runner.run_case(adapter, case, dtype, "cpu") for case in runner.select_cases(globs)]
+    results += runner.property_results(adapter, dtype, "cpu", globs)
+    for r in runner.RunSummary(results).finalize().results:
+        # not-applicable is no verdict; the backend rejects every invalid input, so a mutant that
+        # makes it accept one is caught (validation is its own axis, not a failure, for frameworks)
+        if r.outcome in ("fail", "error", "stale-deviation", "not-rejected"):
+            killed.append(f"{r.case_id} ({dtype}): {r.outcome}")
             break
-print(json.dumps({"killed": killed}))
+        if r.outcome in ("bug", "convention"):
+            rows[f"{r.case_id} ({dtype})"] = [r.outcome, repr(r.error_ratio), r.failed_outputs]
+    if killed:
+        break
+print(json.dumps({"killed": killed, "declared": rows}))
 '''
 
 
-def run_mutant(m: Mutant, timeout: float, memory: float) -> tuple[str, str]:
-    """('killed' | 'survived' | 'timeout', detail)."""
+def _worker(family: str, index: int, timeout: float, memory: float):
+    """The worker's JSON answer, or (None, why) when it timed out or crashed."""
     try:
-        p = subprocess.run([sys.executable, "-c", WORKER, m.family, str(m.index), str(memory), str(Path(__file__).parent)],
+        p = subprocess.run([sys.executable, "-c", WORKER, family, str(index), str(memory), str(Path(__file__).parent)],
                            capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        return "timeout", f"no verdict within {timeout:.0f} s (counted as not killed; rerun with a larger --timeout)"
+        return None, "timeout"
     lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
     if p.returncode != 0 or not lines:
-        last = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return "killed", f"the mutant crashed on import or in the harness: {last}"
-    killed = json.loads(lines[-1])["killed"]
-    return ("killed", killed[0]) if killed else ("survived", "")
+        return None, (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return json.loads(lines[-1]), ""
+
+
+_BASELINE: dict = {}
+
+
+def baseline(family: str, timeout: float, memory: float) -> dict:
+    """The declared results ({"case (dtype)": [outcome, ratio, outputs]}) of the unmutated backend
+    on the family's globs (site index -1: no mutation)."""
+    if family not in _BASELINE:
+        answer, why = _worker(family, -1, timeout, memory)
+        if answer is None or answer["killed"]:
+            raise SystemExit(f"the unmutated backend does not pass {family}: {why or answer['killed'][0]}")
+        _BASELINE[family] = answer["declared"]
+    return _BASELINE[family]
+
+
+def run_mutant(m: Mutant, timeout: float, memory: float) -> tuple[str, str]:
+    """('killed' | 'absorbed' | 'survived' | 'timeout', detail)."""
+    answer, why = _worker(m.family, m.index, timeout, memory)
+    if answer is None and why == "timeout":
+        return "timeout", f"no verdict within {timeout:.0f} s (counted as not killed; rerun with a larger --timeout)"
+    if answer is None:
+        return "killed", f"the mutant crashed on import or in the harness: {why}"
+    if answer["killed"]:
+        return "killed", answer["killed"][0]
+    base = baseline(m.family, timeout, memory)
+    changed = sorted(k for k, v in answer["declared"].items() if base.get(k) != v)
+    if changed:
+        return "absorbed", f"{len(changed)} declared result(s) changed, e.g. {changed[0]}: {answer['declared'][changed[0]]}"
+    return "survived", ""
 
 
 def load_equivalents() -> dict[str, str]:
@@ -317,14 +356,17 @@ def main(argv=None) -> int:
         print(f"[{k}/{len(chosen)}] {outcome:10s} {m.key}  ({time.perf_counter() - t0:.0f} s) {detail}", flush=True)
     killed = sum(r["outcome"] == "killed" for r in rows)
     equivalent = sum(r["outcome"] == "equivalent" for r in rows)
+    absorbed = [r for r in rows if r["outcome"] == "absorbed"]
     survived = [r for r in rows if r["outcome"] in ("survived", "timeout")]
     relevant = len(rows) - equivalent
     print()
     timeouts = sum(r["outcome"] == "timeout" for r in rows)
-    print(f"mutants: {len(rows)}; killed {killed}; equivalent {equivalent}; survived {len(survived) - timeouts}; "
-          f"timed out {timeouts}; "
+    print(f"mutants: {len(rows)}; killed {killed}; absorbed by a declaration {len(absorbed)}; equivalent {equivalent}; "
+          f"survived {len(survived) - timeouts}; timed out {timeouts}; "
           f"kill rate over non-equivalent mutants: {killed}/{relevant} = {100 * killed / max(1, relevant):.1f}%; "
           f"{time.perf_counter() - start:.0f} s")
+    for r in absorbed:
+        print(f"  ABSORBED {r['mutant']}: {r['detail']}")
     for r in survived:
         print(f"  {'SURVIVED' if r['outcome'] == 'survived' else 'TIMEOUT '} {r['mutant']}")
     for r in rows:
