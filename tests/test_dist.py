@@ -298,8 +298,11 @@ def test_errors_name_the_argument():
         evaluate("dist.cp_split", {"mask": mask}, {"ownership": "position", "sequence_lengths": [2, 2]})
     with pytest.raises(SpecError, match="'micro_batch_sizes' must be positive integers summing to B=2"):
         evaluate("dist.accumulate", SMALL, {"micro_batch_sizes": [1, 2]})
-    with pytest.raises(SpecError, match="'micro_batch_sizes' must be positive integers"):
+    # an empty micro-batch is outside the registry's range (a list [M] of integers >= 1), as the spec says
+    with pytest.raises(SpecError, match="'micro_batch_sizes'\\[0\\] must be an integer >= 1, got 0"):
         evaluate("dist.accumulate", SMALL, {"micro_batch_sizes": [0, 2]})
+    with pytest.raises(SpecError, match="'micro_batch_sizes'\\[1\\] must be an integer >= 1, got 0"):
+        evaluate("dist.docs_per_step", SMALL, {"micro_batch_sizes": [2, 0]})
     with pytest.raises(SpecError, match="'agg_params': agg.token_mean: unknown parameter\\(s\\) \\['divisor'\\]"):
         evaluate("dist.accumulate", SMALL, {"agg_params": {"divisor": 3}})
     with pytest.raises(SpecError, match="'agg_params': agg.constant: parameter 'divisor' is required"):
