@@ -620,3 +620,35 @@ def test_opsm_token_gate_in_a_recipe_drops_exactly_mask_opsm_tokens():
     seq_inputs = {**BASE, "sampler_logprobs": SAMPLER}   # [B] advantages: both gates agree
     assert (evaluate("loss.gspo", seq_inputs, {"opsm_delta": 0.0625, "opsm_advantage_gate": "token"})
             == evaluate("loss.gspo", seq_inputs, {"opsm_delta": 0.0625}))
+
+
+@pytest.mark.parametrize("fid", ["loss.grpo", "loss.bnpo", "loss.dapo"])
+def test_kl_output_clamp_bounds_the_kl_part_of_the_loss(fid):
+    """spec/loss.md (loss-kl-output-bound): with output bounds c < d and a mean aggregator,
+    beta c <= loss(beta) - loss(0) <= beta d, on batches whose reference log-probs lie up to 200 away
+    (so the clamps bind); the Liger-Kernel fork PR #4's kl_output_clamp_value = 10 is (c, d) = (-10, 10)."""
+    rng = random.Random(409)
+    beta = mpf("0.5")
+    exceeded = 0
+    for k in range(12):
+        B, T = 4, 3
+        mask = random_mask(rng, B, T)
+        mask[0][0] = True
+        lp, old = random_logprobs(rng, B, T, lo=-3.0), random_logprobs(rng, B, T, lo=-3.0)
+        ref = [[v + rng.choice([-200.0, -5.0, 0.5, 3.0, 200.0]) for v in row] for row in lp]
+        inputs = {"logprobs": lp, "old_logprobs": old, "mask": mask, "advantages": [rng.choice([-1.0, 1.0]) for _ in
+                                                                                    range(B)]}
+        if fid == "loss.dapo":
+            inputs["group_ids"] = [0, 0, 1, 1]
+        c, d = [(-10, 10), (mpf("0.05"), mpf("0.3")), (-1, 2)][k % 3]
+        est = ["k1", "k2", "k3"][k % 3]
+        kl = {"kl_estimator": est, "kl_log_ratio_min": -20, "kl_log_ratio_max": 20}
+        base = evaluate(fid, inputs, {"beta": 0})["loss"]
+        full = evaluate(fid, {**inputs, "ref_logprobs": ref},
+                        {"beta": beta, **kl, "kl_output_min": c, "kl_output_max": d})["loss"]
+        with mp.workdps(60):
+            tol = mpf(10) ** -40 * (1 + abs(base))
+            assert beta * c - tol <= full - base <= beta * d + tol
+            unclamped = evaluate(fid, {**inputs, "ref_logprobs": ref}, {"beta": beta, **kl})["loss"]
+            exceeded += not (beta * c - tol <= unclamped - base <= beta * d + tol)
+    assert exceeded >= 6   # without the output clamp the bound fails, so the check above can fail
