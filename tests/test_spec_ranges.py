@@ -216,3 +216,45 @@ def test_a_wrong_range_is_caught():
         assert parse_range(wrong) != registry_range(p), wrong
     q = next(q for q in REGISTRY["dist.docs_per_step"].params if q.name == "micro_batch_sizes")
     assert parse_range("list $[M]$ of integers $\\ge 0$ summing to $B$, or null") != registry_range(q)
+
+
+def as_for_statements():
+    """(page:line, formula, parameter names, other formula) for every '**Parameters.** ... as for `X`'
+    paragraph: the spec says these parameters are X's (an empty name list: all of X's)."""
+    out = []
+    for page in sorted(SPEC.glob("*.md")):
+        formula = None
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for n, line in enumerate(lines, 1):
+            m = re.match(r"^\(([\w.-]+)\)=\s*$", line)
+            if m and m.group(1) in REGISTRY:
+                formula = m.group(1)
+            if not line.startswith("**Parameters.**") or formula is None:
+                continue
+            para = " ".join(lines[n - 1:n + 3]).split("\n\n")[0]
+            m = re.search(r"(.*?)\b[Aa]s (?:for|in) `([\w.]+)`", para)
+            if m and m.group(2) in REGISTRY:
+                own = {p.name for p in REGISTRY[formula].params}
+                names = [x for x in re.findall(r"`([a-z_0-9]+)`", m.group(1)) if x in own
+                         # a parameter the paragraph gives its own range, e.g. "`micro_batch_sizes` (... positive
+                         # integers ...)", is not one of X's
+                         and not re.search(rf"`{x}` \([^`]*?(integer|real|\\ge|>)", m.group(1))]
+                out.append((f"{page.name}:{n}", formula, names, m.group(2)))
+    return out
+
+
+AS_FOR = as_for_statements()
+
+
+def test_as_for_statements_are_found():
+    assert len(AS_FOR) >= 10
+
+
+@pytest.mark.parametrize("where,formula,names,other", AS_FOR, ids=[a[0] for a in AS_FOR])
+def test_parameters_stated_as_another_formulas_have_its_ranges(where, formula, names, other):
+    mine = {p.name: p for p in REGISTRY[formula].params}
+    theirs = {p.name: p for p in REGISTRY[other].params}
+    for name in names or list(theirs):
+        assert name in mine and name in theirs, f"{where}: {name!r} is not a parameter of both {formula} and {other}"
+        assert registry_range(mine[name]) == registry_range(theirs[name]), (
+            f"{where}: {formula}.{name} is {mine[name].range_text()!r}, {other}.{name} {theirs[name].range_text()!r}")
