@@ -6,10 +6,12 @@ number read from the golden corpus (conformance/golden/*.json).
     python docs/seed_table.py --write   # write docs/seeds.md
     python docs/seed_table.py --check   # exit 1 if docs/seeds.md is not what this script makes
 
-No number on the page is typed: each is the stored corpus string of the named case and output.
+No number on the page is typed: each is the stored corpus string of the named case and output
+(an expected-error case shows ``expect_error.argument``, the argument its error must name).
 A row is "exact" when its golden case exists and every pgspec ID it names is a spec anchor; a row
-whose case is not in the corpus yet is "pending (branch seeds)" and only rows marked ``seeds=True``
-may be pending. ``ALLOW_PENDING`` is the switch for the merge of branch ``seeds``: set it to
+with ``why`` is "explained": a configuration rule, an input choice or a distributed sum that is not
+a formula of its own, with the reason on the page and no case; a row whose case is not in the
+corpus yet is "pending (branch seeds)" and only rows marked ``seeds=True`` may be pending. ``ALLOW_PENDING`` is the switch for the merge of branch ``seeds``: set it to
 False, run ``--write``, and ``tests/test_seed_table.py`` then requires every row to be exact.
 """
 
@@ -27,6 +29,7 @@ PAGE = ROOT / "docs" / "seeds.md"
 
 ALLOW_PENDING = False
 PENDING = "pending (branch seeds)"
+EXPLAINED = "explained"
 
 # Pull requests: title line and links (pinned).
 PRS = {
@@ -74,11 +77,17 @@ PRS = {
 }
 
 
-def row(pr, item, spec, case, out, seeds=False):
+def row(pr, item, spec, case, out, seeds=False, why=None):
     """One seed item. ``spec``: the pgspec expression, with IDs written as @id@ (rendered as a link
     when the spec has that anchor). ``case``/``out``: the golden case and the output (``name``,
-    ``name[i]`` or ``grad.input[i][j]``) whose stored number the page shows."""
-    return {"pr": pr, "item": item, "spec": spec, "case": case, "out": out, "seeds": seeds}
+    ``name[i]``, ``grad.input[i][j]`` or ``expect_error.argument``) whose stored number the page
+    shows. ``why`` (with ``case`` and ``out`` None): why the item is not a formula of its own."""
+    return {"pr": pr, "item": item, "spec": spec, "case": case, "out": out, "seeds": seeds, "why": why}
+
+
+def explained(pr, item, spec, why):
+    """A seed item that is a configuration rule (or an input choice, or a sum) rather than a formula."""
+    return row(pr, item, spec, None, None, why=why)
 
 
 ROWS = [
@@ -92,9 +101,15 @@ ROWS = [
     row("nemo-rl-2269", '`is_correction_level="token"`: $\\exp(\\ell^{prev}_t - \\ell^{gen}_t)$ per token',
         "@loss.gspo@ `is_level=\"token\"`, `is_c_min=null`, `is_c_max=null` (@is.token.truncate@)",
         "loss.gspo/nemo-rl-2269-token", "loss", seeds=True),
-    row("nemo-rl-2269", "default `is_correction_level=None`: `sequence` if `sequence_level_importance_ratios` else `token`",
-        "@is-correction-level@: @loss.gspo@ `is_level` = `sequence` if `sequence_level_importance_ratios` else `token`",
-        "loss.gspo/nemo-rl-2269-sequence", "loss", seeds=True),
+    explained("nemo-rl-2269", "default `is_correction_level=None`: `sequence` if `sequence_level_importance_ratios` else `token`",
+              "@is-correction-level@: `sequence_level_importance_ratios=True` is row 1 (@loss.gspo@ `is_level=\"sequence\"`); "
+              "`False` is the token PPO recipe (@loss.grpo@ or @loss.dapo@) with `is_level=\"token\"`",
+              "a configuration rule: the default picks the level of row 1 or of row 3 from another flag; it adds no "
+              "weight and no number of its own, so it has no case of its own"),
+    row("nemo-rl-2269", "the geometric-mean weight $\\exp(\\mathrm{mean})$ stays closer to 1 than the product $\\exp(\\sum)$",
+        "@is-length@: $\\lvert\\log w^{geo}_i\\rvert = \\lvert u^{seq}_i\\rvert / L_i \\le \\lvert\\log w^{seq}_i\\rvert$ (@is.geometric.truncate@ beside "
+        "@is.sequence.truncate@; property in `tests/test_is.py`)",
+        "is.geometric.truncate/product-collapse", "seq_weight[0]"),
     row("nemo-rl-2269", "untruncated IS weight (no `truncated_importance_sampling_ratio`)",
         "@is.sequence.truncate@ `c_min=null`, `c_max=null`",
         "is.sequence.truncate/untruncated", "seq_weight[0]", seeds=True),
@@ -139,11 +154,21 @@ ROWS = [
     row("trl-4891", "OPSM gated by each token's own advantage (DeepSeek-V3.2 Eq. 9 read per token; the default gates on the sequence mean)",
         "@mask.opsm@ `advantage_gate=\"token\"` (default `\"sequence_mean\"`)", "mask.opsm/token-gate-token-advantages",
         "keep[0][0]", seeds=True),
+    explained("trl-4891", "OPSM falls back to the trainer's `old_per_token_logps` when the engine gives no log-probs",
+              "@mask.opsm@ with `old_logprobs` passed as `sampler_logprobs`",
+              "an input choice, no parameter: which log-probs stand for the sampler is the caller's decision; the "
+              "formula is row 10's, and with the trainer's log-probs its statistic measures staleness alone"),
     # ---- Fast-LLM #502 ----------------------------------------------------------------------
     row("fast-llm-502", '`policy_loss="gspo"` over packed documents: per-document geometric-mean ratio, clipped per document',
         "@surrogate.gspo_document@ `eps_low`, `eps_high`", "surrogate.gspo_document/three-documents", "loss[0]", seeds=True),
-    row("fast-llm-502", "all-reduce of (log-ratio sum, advantage sum, token count) over SDP ranks before clipping",
+    row("fast-llm-502", "all-reduce of the log-ratio sum over SDP ranks before clipping",
         "@dist.sdp_segment@ `sdp_size`", "dist.sdp_segment/split-document-s3", "log_ratio[0]"),
+    explained("fast-llm-502", "the same all-reduce of the advantage sum and the token count",
+              "@surrogate.gspo_document@ outputs `advantage` $A_s$ and `token_count` $N_s$ of the whole document",
+              "a distributed sum: a SUM all-reduce of per-rank partial sums returns the whole document's sums, "
+              "which `surrogate.gspo_document` already defines (its `advantage` and `token_count` outputs; case "
+              "`surrogate.gspo_document/sequence-advantages`, a document over two rows); only the log-ratio's "
+              "partials, pre-divided by $N_s$, have a formula of their own (`dist.sdp_segment`)"),
     row("fast-llm-502", "document advantage $A_s$ = mean of the per-token advantages",
         "@surrogate.gspo_document@ output `advantage`", "surrogate.gspo_document/sequence-advantages", "advantage[0]", seeds=True),
     row("fast-llm-502", "uniform per-token gradient $-A_s R_s$ within a document",
@@ -155,12 +180,25 @@ ROWS = [
         "@agg.token_mean@ `num_tokens`", "agg.token_mean/global-count", "value"),
     row("fast-llm-502", "`normalize_by_documents` (default false): divide by `num_documents_in_batch` $D$ (GRPO and GSPO)",
         "@agg.constant@ `divide_by=\"K\"`, `divisor` $= D$", "agg.constant/fast-llm-normalize-by-documents", "value", seeds=True),
+    row("fast-llm-502", "`num_documents_in_batch` $D$ counted from the packed documents, not passed in",
+        "@dist.docs_per_step@ with the step in one micro-batch (`micro_batch_sizes` $= [B]$): $D$ from "
+        "`document_ids`, `total` = @agg.constant@ `divisor` $D$", "dist.docs_per_step/normalize-by-documents-one-micro-batch",
+        "num_documents"),
     row("fast-llm-502", "`normalize_by_documents`: the applied gradient divided by $D^2$",
         "@agg.constant@ `divide_by=\"K\"`, `divisor` $= D^2$", "agg.constant/fast-llm-normalize-by-documents-gradient",
         "value", seeds=True),
     row("fast-llm-502", "`docs_per_step`: accumulate micro-batches to a document target; the step's $D$ divides every micro-batch",
         "@dist.docs_per_step@ `docs_per_step`, `micro_batch_sizes`", "dist.docs_per_step/one-rollout-micro-batches",
         "total", seeds=True),
+    explained("fast-llm-502", "`docs_per_step = 0` (the default): off, a fixed micro-batch count per step",
+              "@dist.docs_per_step@ applied to each micro-batch alone (@dist.accumulate@'s `naive` normalization)",
+              "a schedule switch: with 0 Fast-LLM fetches `depth_first_micro_batches` and resets no "
+              "`num_documents_in_batch`, so each micro-batch keeps its own count "
+              "([`trainer.py` L260-L275](https://github.com/ServiceNow/Fast-LLM/blob/227f8bc15a57a8b4365cae3cc43bff4c3fa80024/"
+              "fast_llm/engine/training/trainer.py#L260-L275))"),
+    row("fast-llm-502", "GSPO over documents on-policy ($R_s = 1$): the document mean of the PG loss",
+        "@surrogate.gspo_document@ with `old_logprobs` = `logprobs`: $\\mathcal L_s = -A_s$ (identity with "
+        "@surrogate.pg@ in `tests/test_surrogate.py`)", "surrogate.gspo_document/on-policy", "weighted_loss[1]"),
     row("fast-llm-502", "`temperature` (default 1.0): logits scaled by `logits_scale_factor / temperature`",
         "@logprob.token@ `temperature` $\\tau$, `logit_scale` $s$", "logprob.token/temperature-0.7", "logprobs[0][0]"),
     row("fast-llm-502", "the same scale for the metrics (entropy)",
@@ -184,6 +222,9 @@ ROWS = [
         "loss.dapo/kl-k3-verl-clamps-200", "loss"),
     row("liger-4", "masked positions excluded, so `inf * 0` never reaches a result",
         "conventions: masked positions excluded, not multiplied (@kl.k3@)", "kl.k3/masked-nan-inf", "kl[0][0]"),
+    row("liger-4", "the loss bounded by `kl_output_clamp_value` $\\times \\beta$",
+        "@loss-kl-output-bound@: $\\beta c \\le \\mathcal L(\\beta) - \\mathcal L(0) \\le \\beta d$ for mean "
+        "aggregators (@loss.dapo@; property in `tests/test_loss.py`)", "loss.dapo/kl-k3-verl-clamps-200", "loss"),
     # ---- slime #2060 / #2090 ----------------------------------------------------------------
     row("slime-2060-2090", "#2060 `--pg-loss-divisor K` = #2090 `--loss-aggregation constant --loss-aggregation-divisor K`: the reducer returns $\\sum m\\,x / K$",
         "@agg.constant@ `divide_by=\"K\"`", "agg.constant/divide-by-K", "value"),
@@ -207,19 +248,25 @@ ROWS = [
         "@dist.cp_split@ `layout=\"bshd\"`, `max_seq_len`", "dist.cp_split/bshd-max-seq-len-6", "chunk_size[0]", seeds=True),
     row("slime-2060-2090", "the constant is the same on every CP rank: rank partial sums add up",
         "@dist.cp_reduce@ `aggregator=\"agg.constant\"`", "dist.cp_reduce/constant-thd-c2", "unsharded"),
+    row("slime-2060-2090", "a divisor that is not $> 0$, NaN included, is refused",
+        "@agg.constant@ `divisor` finite and $> 0$", "agg.constant/error-divisor-nan", "expect_error.argument"),
+    row("slime-2060-2090", "`prompt_mean` with a null group index (`Sample.group_index = None`) fails",
+        "@agg.prompt_mean@ input `group_ids`: an integer for every sequence", "agg.prompt_mean/error-group-ids-null",
+        "expect_error.argument"),
+    explained("slime-2060-2090", "the constant divisor is not applied under `--calculate-per-token-loss`",
+              "@agg.token_mean@ (row 6) or @agg.constant@ (row 1), never both",
+              "a configuration rule: #2060 skips the divisor under the flag "
+              "([`cp_utils.py` L76-L81](https://github.com/THUDM/slime/blob/0baefb547dcf257553b860831454ff2b724db785/slime/backends/megatron_utils/cp_utils.py#L76-L81)) "
+              "and #2090 refuses the combination "
+              "([`cp_utils.py` L73-L75](https://github.com/THUDM/slime/blob/1951fa005294906d833590d2fa2677a246ffc535/slime/backends/megatron_utils/cp_utils.py#L73-L75)), "
+              "so a step uses one of the two formulas and no number combines them"),
+    explained("slime-2060-2090", "a custom reducer (`--custom-pg-loss-reducer-function-path`) takes precedence over the divisor",
+              "@loss-kl-aggregation@ (slime's reducer choice)",
+              "a configuration rule: which reducer runs is decided before any formula "
+              "([#2060 `loss.py` L950-L967](https://github.com/THUDM/slime/blob/0baefb547dcf257553b860831454ff2b724db785/slime/backends/megatron_utils/loss.py#L950-L967)); "
+              "a custom reducer is outside the spec"),
 ]
 
-NOTES = """\
-Framework facts of the slime pull requests that are configuration rules rather than formulas:
-
-- The constant divisor is not applied under `--calculate-per-token-loss` (Megatron already divides
-  by the all-reduced token count): #2060 states it in the reducer
-  ([`cp_utils.py` L76–L81](https://github.com/THUDM/slime/blob/0baefb547dcf257553b860831454ff2b724db785/slime/backends/megatron_utils/cp_utils.py#L76-L81)),
-  #2090 refuses the combination
-  ([`cp_utils.py` L73–L75](https://github.com/THUDM/slime/blob/1951fa005294906d833590d2fa2677a246ffc535/slime/backends/megatron_utils/cp_utils.py#L73-L75)).
-- A custom reducer (`--custom-pg-loss-reducer-function-path`) takes precedence over the divisor
-  ([#2060 `loss.py` L950–L967](https://github.com/THUDM/slime/blob/0baefb547dcf257553b860831454ff2b724db785/slime/backends/megatron_utils/loss.py#L950-L967)).
-"""
 
 
 def anchors() -> set[str]:
@@ -227,6 +274,19 @@ def anchors() -> set[str]:
     for page in SPEC.glob("*.md"):
         ids.update(re.findall(r"^\(([\w.-]+)\)=\s*$", page.read_text(encoding="utf-8"), re.M))
     return ids
+
+
+def paragraph_anchors() -> set[str]:
+    """Anchors set on a paragraph, not a heading: a {ref} to them needs its own link text."""
+    ids = set()
+    for page in SPEC.glob("*.md"):
+        ids.update(re.findall(r"^\(([\w.-]+)\)=\s*\n(?!#)", page.read_text(encoding="utf-8"), re.M))
+    return ids
+
+
+def ref(anchor: str, paragraphs=None) -> str:
+    paragraphs = paragraph_anchors() if paragraphs is None else paragraphs
+    return f"{{ref}}`{anchor} <{anchor}>`" if anchor in paragraphs else f"{{ref}}`{anchor}`"
 
 
 def corpus() -> dict:
@@ -241,10 +301,11 @@ def corpus() -> dict:
 
 def stored(case: dict, out: str):
     """The stored value of ``out`` (``name``, ``name[i][j]``, ``grad.input[i]``) in ``case``."""
-    m = re.fullmatch(r"(grad\.)?([A-Za-z_]\w*)((?:\[\d+\])*)", out)
+    m = re.fullmatch(r"(grad\.|expect_error\.)?([A-Za-z_]\w*)((?:\[\d+\])*)", out)
     if not m:
         raise ValueError(f"bad output selector {out!r}")
-    value = (case["grad"] if m.group(1) else case["outputs"])[m.group(2)]
+    part = {"grad.": "grad", "expect_error.": "expect_error"}.get(m.group(1), "outputs")
+    value = case[part][m.group(2)]
     for index in re.findall(r"\[(\d+)\]", m.group(3)):
         value = value[int(index)]
     return value
@@ -263,16 +324,25 @@ def shown(value) -> str:
 def resolve(rows=ROWS, cases=None, ids=None) -> list[dict]:
     cases = corpus() if cases is None else cases
     ids = anchors() if ids is None else ids
+    paragraphs = paragraph_anchors()
     out = []
     for r in rows:
         named = re.findall(r"@([\w.-]+)@", r["spec"])
-        case = cases.get(r["case"])
         missing = [i for i in named if i not in ids]
+        if r.get("why"):
+            if missing or r["case"] is not None or not named:
+                raise SystemExit(f"explained seed row {r['item']!r}: anchors {missing} missing, or a case named, "
+                                 f"or no pgspec ID")
+            spec = re.sub(r"@([\w.-]+)@", lambda m: ref(m.group(1), paragraphs), r["spec"])
+            out.append(dict(r, spec_text=f"{spec}. **Why no formula of its own:** {r['why']}", number=None, status=EXPLAINED,
+                            formula=None))
+            continue
+        case = cases.get(r["case"])
         exact = case is not None and not missing
         if not exact and not r["seeds"]:
             raise SystemExit(f"seed row {r['item']!r}: case {r['case']} or anchors {missing} missing")
         number = stored(case, r["out"]) if case is not None else None
-        spec = re.sub(r"@([\w.-]+)@", lambda m: f"{{ref}}`{m.group(1)}`" if m.group(1) in ids else f"`{m.group(1)}`",
+        spec = re.sub(r"@([\w.-]+)@", lambda m: ref(m.group(1), paragraphs) if m.group(1) in ids else f"`{m.group(1)}`",
                       r["spec"])
         out.append(dict(r, spec_text=spec, number=number, status="exact" if exact else PENDING,
                         formula=case["formula"] if case else None))
@@ -290,7 +360,9 @@ def render() -> str:
         "golden case, and one number stored in that case (`conformance/golden/*.json`; the first 20",
         "characters of the stored string). This page is generated by `docs/seed_table.py` from the",
         "corpus; `tests/test_seed_table.py` regenerates it and requires it to be unchanged, so no",
-        "number here is typed.",
+        "number here is typed. A row marked *explained* is a configuration rule, an input choice or a",
+        "distributed sum rather than a formula of its own: it names the formulas it selects and says why it",
+        "has no case of its own.",
         "",
     ]
     counts = {}
@@ -304,9 +376,9 @@ def render() -> str:
                   "|---|---|---|---|---|---|"]
         for k, r in enumerate(rows, 1):
             number = "—" if r["number"] is None and r["status"] != "exact" else f"`{r['out']}` = `{shown(r['number'])}`"
-            lines.append(f"| {k} | {r['item']} | {r['spec_text']} | `{r['case']}` | {number} | {r['status']} |")
+            case = "—" if r["case"] is None else f"`{r['case']}`"
+            lines.append(f"| {k} | {r['item']} | {r['spec_text']} | {case} | {number} | {r['status']} |")
         lines.append("")
-    lines += ["## Notes", "", NOTES]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -40,18 +40,23 @@ __all__ = [
 # A list-valued parameter (per-sequence or per-token global counts) --------------------------------
 @dataclass(frozen=True)
 class IntListParam(Param):
-    """A nullable list of non-negative integers: ``depth`` 1 is one entry per sequence ``[B]``,
-    depth 2 one entry per token ``[B,T]`` (``None`` allowed there at masked positions).
+    """A nullable list of integers >= ``lo`` (0 when ``lo`` is None): ``depth`` 1 is one entry per
+    sequence ``[B]`` (or per ``length``, e.g. ``[M]`` micro-batches), depth 2 one entry per token
+    ``[B,T]`` (``None`` allowed there at masked positions).
 
-    The registry's checks cover the element type and sign; the function checks the length against
-    the batch, which the parameter cannot see.
+    The registry's checks cover the element type and its least value; the function checks the length
+    against the batch, which the parameter cannot see.
     """
 
     depth: int = 1
+    length: str = "[B]"
+
+    def floor(self) -> int:
+        return 0 if self.lo is None else self.lo
 
     def range_text(self) -> str:
-        shape = "[B]" if self.depth == 1 else "[B,T] (null allowed at masked positions)"
-        return f"a list {shape} of integers >= 0, or null"
+        shape = self.length if self.depth == 1 else "[B,T] (null allowed at masked positions)"
+        return f"a list {shape} of integers >= {self.floor()}, or null"
 
     def check(self, formula_id: str, value):
         where = f"{formula_id}: parameter {self.name!r}"
@@ -69,8 +74,8 @@ class IntListParam(Param):
         else:
             rows = [(f"[{k}]", x) for k, x in enumerate(value)]
         for label, x in rows:
-            if isinstance(x, bool) or not isinstance(x, int) or x < 0:
-                raise SpecError(f"{where}{label} must be an integer >= 0, got {x!r}")
+            if isinstance(x, bool) or not isinstance(x, int) or x < self.floor():
+                raise SpecError(f"{where}{label} must be an integer >= {self.floor()}, got {x!r}")
         return [list(r) for r in value] if self.depth == 2 else list(value)
 
 

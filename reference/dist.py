@@ -249,7 +249,7 @@ def _select(aggregator, params, rows):
     title="Micro-batch (gradient) accumulation with global denominators, and the naive per-micro-batch mean",
     inputs=(VALUES, MASK, GROUP_IDS_OPT, DOCUMENT_IDS_OPT),
     params=(
-        agg.IntListParam("micro_batch_sizes", None, kind="int_list", nullable=True,
+        agg.IntListParam("micro_batch_sizes", None, kind="int_list", lo=1, length="[M]", nullable=True,
                          doc="sizes (in sequences, >= 1, summing to B) of the consecutive micro-batches; "
                              "null: one sequence per micro-batch"),
     ) + _aggregator_params(),
@@ -300,7 +300,7 @@ FASTLLM_DOCS = ("Fast-LLM PR #502 (head 227f8bc1) fast_llm/engine/training/train
     params=(
         Param("docs_per_step", 1, kind="int", lo=1,
               doc="the target document count per optimizer step (Fast-LLM schedule.docs_per_step > 0)"),
-        agg.IntListParam("micro_batch_sizes", None, kind="int_list", nullable=True,
+        agg.IntListParam("micro_batch_sizes", None, kind="int_list", lo=1, length="[M]", nullable=True,
                          doc="sizes (in rows, >= 1, summing to B) of the consecutive micro-batches of the data stream; "
                              "null: one row per micro-batch"),
     ),

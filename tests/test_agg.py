@@ -338,3 +338,16 @@ def test_prompt_mean_divisor_parameters_are_exclusive():
         evaluate("agg.prompt_mean", inputs, {"step_divisor": "sequences", "num_sequences": 1})
     with pytest.raises(SpecError, match="parameter 'step_divisor'"):
         evaluate("agg.prompt_mean", inputs, {"step_divisor": "prompts"})
+
+
+def test_slime_refusals_a_non_finite_divisor_and_a_null_group_id():
+    """slime #2060/#2090 refuse a divisor that is not > 0, NaN included (pgspec also refuses +inf), and #2090
+    raises on Sample.group_index = None: agg.constant and agg.prompt_mean reject both (spec/agg.md)."""
+    values, mask = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], [[True, True], [True, False], [False, False]]
+    for divisor in ("nan", float("nan"), "inf", 0, -1):
+        with pytest.raises(SpecError, match="parameter 'divisor' must be real in \\(0, \\+inf\\)"):
+            evaluate("agg.constant", {"values": values, "mask": mask}, {"divisor": divisor})
+    assert evaluate("agg.constant", {"values": values, "mask": mask}, {"divisor": 2, "divide_by": "K"})["value"] == 3
+    for ids in ([0, None, 1], [0, 1, None]):   # the null id of an empty row is refused too
+        with pytest.raises(SpecError, match="input group_ids\\[\\d\\] must be an integer, got None"):
+            evaluate("agg.prompt_mean", {"values": values, "mask": mask, "group_ids": ids})

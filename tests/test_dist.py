@@ -298,8 +298,11 @@ def test_errors_name_the_argument():
         evaluate("dist.cp_split", {"mask": mask}, {"ownership": "position", "sequence_lengths": [2, 2]})
     with pytest.raises(SpecError, match="'micro_batch_sizes' must be positive integers summing to B=2"):
         evaluate("dist.accumulate", SMALL, {"micro_batch_sizes": [1, 2]})
-    with pytest.raises(SpecError, match="'micro_batch_sizes' must be positive integers"):
+    # an empty micro-batch is outside the registry's range (a list [M] of integers >= 1), as the spec says
+    with pytest.raises(SpecError, match="'micro_batch_sizes'\\[0\\] must be an integer >= 1, got 0"):
         evaluate("dist.accumulate", SMALL, {"micro_batch_sizes": [0, 2]})
+    with pytest.raises(SpecError, match="'micro_batch_sizes'\\[1\\] must be an integer >= 1, got 0"):
+        evaluate("dist.docs_per_step", SMALL, {"micro_batch_sizes": [2, 0]})
     with pytest.raises(SpecError, match="'agg_params': agg.token_mean: unknown parameter\\(s\\) \\['divisor'\\]"):
         evaluate("dist.accumulate", SMALL, {"agg_params": {"divisor": 3}})
     with pytest.raises(SpecError, match="'agg_params': agg.constant: parameter 'divisor' is required"):
@@ -423,3 +426,28 @@ def test_normalize_by_documents_changes_only_the_divisor():
     with mp.workdps(60):
         assert abs(tok["value"] * n_lab - by_doc["value"] * D) <= mpf(10) ** -50
         assert abs(grad_doc["value"] * D - by_doc["value"]) <= mpf(10) ** -50
+
+
+def test_docs_per_step_counts_the_documents_that_agg_constant_is_given():
+    """normalize_by_documents without a caller-supplied count: with the step in one micro-batch,
+    dist.docs_per_step counts D itself (distinct document ids among the unmasked tokens) and its total is
+    agg.constant with divide_by = K and divisor D (spec/dist.md, dist.docs_per_step)."""
+    rng = random.Random(1102)
+    for _ in range(20):
+        B, T = 3, 5
+        mask = [[rng.random() < 0.7 for _ in range(T)] for _ in range(B)]
+        mask[0][0] = True
+        values = [[rng.choice([-1.5, -0.25, 0.5, 2.0]) for _ in range(T)] for _ in range(B)]
+        docs = [[rng.randint(0, 6) for _ in range(T)] for _ in range(B)]
+        D = len({docs[i][t] for i in range(B) for t in range(T) if mask[i][t]})
+        out = evaluate("dist.docs_per_step", {"values": values, "mask": mask, "document_ids": docs},
+                       {"docs_per_step": rng.randint(1, D), "micro_batch_sizes": [B]})
+        ref = evaluate("agg.constant", {"values": values, "mask": mask}, {"divisor": D, "divide_by": "K"})
+        assert out["micro_batches"] == 1 and out["num_documents"] == D
+        with mp.workdps(60):
+            assert abs(out["total"] - ref["value"]) <= mpf(10) ** -50
+            wrong = evaluate("agg.constant", {"values": values, "mask": mask}, {"divisor": D + 1, "divide_by": "K"})
+            assert out["total"] == 0 or abs(out["total"] - wrong["value"]) > mpf(10) ** -6
+            for i in range(B):
+                for t in range(T):
+                    assert out["grad"]["values"][i][t] == ref["grad"]["values"][i][t]

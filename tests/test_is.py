@@ -407,3 +407,31 @@ def test_untruncated_sequence_weight_is_exp_of_the_sum():
 def test_a_mask_still_needs_a_bound(fid):
     with pytest.raises(SpecError, match="at least one of the parameters 'c_min' and 'c_max'.*truncate"):
         evaluate(fid, BASE, {"c_min": None, "c_max": None})
+
+
+def test_geometric_weight_is_never_farther_from_one_than_the_product():
+    """spec/is.md (is-length): |log w_geo| = |u_seq| / L_i <= |u_seq| = |log w_seq| for every sequence with
+    L_i >= 1 (untruncated, no clamp), with equality only when L_i = 1 or u_seq = 0; and at L_i >= 2 with
+    u_seq != 0 strictly closer (NeMo-RL #2269: exp(mean) stays near 1 where exp(sum) collapses)."""
+    rng = random.Random(2269)
+    params = {"c_min": None, "c_max": None}
+    strict = 0
+    for _ in range(40):
+        B, T = 3, 7
+        mask = random_mask(rng, B, T)
+        old, sampler = random_logprobs(rng, B, T, lo=-4.0), random_logprobs(rng, B, T, lo=-4.0)
+        inputs = {"old_logprobs": old, "sampler_logprobs": sampler, "mask": mask}
+        seq = evaluate("is.sequence.truncate", inputs, params)["seq_weight"]
+        geo = evaluate("is.geometric.truncate", inputs, params)["seq_weight"]
+        with mp.workdps(60):
+            for i in range(B):
+                L = sum(mask[i])
+                if L == 0:
+                    assert seq[i] == geo[i] == 1
+                    continue
+                a, b = abs(mp.log(geo[i])), abs(mp.log(seq[i]))
+                assert abs(a * L - b) <= mpf(10) ** -50 * (1 + b)
+                if L >= 2 and b > mpf(10) ** -30:
+                    assert a < b
+                    strict += 1
+    assert strict > 50

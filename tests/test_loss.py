@@ -521,6 +521,37 @@ def test_separate_kl_aggregation_is_policy_part_plus_beta_times_the_kl_aggregate
                 assert abs(full["grad"]["logprobs"][i][t] - want) <= mpf(10) ** -50
 
 
+@pytest.mark.parametrize("kl_agg", ["sample_mean", "token_mean"])
+@pytest.mark.parametrize("fid", ["loss.dr_grpo", "loss.dapo", "loss.grpo"])
+def test_kl_aggregator_takes_its_defaults_and_no_recipe_mask(fid, kl_agg):
+    """spec/loss.md (loss-kl-aggregation): Agg_KL is agg.<kl_aggregation> with every parameter at its
+    default, over the loss mask; the recipe's divisor, OPSM and counts never reach it. An empty row
+    (counted only with count_empty_sequences, which is false by default) and a row that OPSM drops
+    (advantage < 0, mean log-ratio beyond delta) make the difference visible."""
+    empty = [[-1.0] * 4]
+    mask = MASK + [[False] * 4]
+    inputs = {"logprobs": LP + empty, "old_logprobs": OLD + empty, "sampler_logprobs": SAMPLER + empty,
+              "mask": mask, "advantages": A_SEQ + [1.0]}
+    if fid == "loss.dapo":
+        inputs["group_ids"] = GROUPS + [1]
+    params = {"beta": "0.25", "kl_aggregation": kl_agg, "opsm_delta": 0.01,
+              **({"divisor": 7} if fid == "loss.dr_grpo" else {})}
+    full = evaluate(fid, {**inputs, "ref_logprobs": REF + empty}, params)["loss"]
+    pol = evaluate(fid, inputs, {**params, "beta": 0})["loss"]
+    no_opsm = {k: v for k, v in inputs.items() if k != "sampler_logprobs"}
+    assert pol != evaluate(fid, no_opsm, {**params, "beta": 0, "opsm_delta": None})["loss"]  # OPSM drops a row
+    kl = evaluate("kl.k3", {"logprobs": LP + empty, "ref_logprobs": REF + empty, "mask": mask})["kl"]
+    kl = [[0.0 if v is None else v for v in row] for row in kl]
+    with mp.workdps(60):
+        def gap(agg_params):
+            agg = evaluate(f"agg.{kl_agg}", {"values": kl, "mask": mask}, agg_params)["value"]
+            return abs(full - (pol + mpf("0.25") * agg))
+        assert gap({}) <= mpf(10) ** -50
+        # any other aggregator parameter gives another loss (so the identity above can fail)
+        other = {"count_empty_sequences": True} if kl_agg == "sample_mean" else {"num_tokens": 20}
+        assert gap(other) > mpf(10) ** -6
+
+
 def test_kl_aggregation_policy_is_the_default_and_sample_mean_on_a_sample_mean_recipe_agrees():
     inputs = _kl_inputs("loss.grpo")
     default = evaluate("loss.grpo", inputs, {"beta": "0.25"})
@@ -589,3 +620,35 @@ def test_opsm_token_gate_in_a_recipe_drops_exactly_mask_opsm_tokens():
     seq_inputs = {**BASE, "sampler_logprobs": SAMPLER}   # [B] advantages: both gates agree
     assert (evaluate("loss.gspo", seq_inputs, {"opsm_delta": 0.0625, "opsm_advantage_gate": "token"})
             == evaluate("loss.gspo", seq_inputs, {"opsm_delta": 0.0625}))
+
+
+@pytest.mark.parametrize("fid", ["loss.grpo", "loss.bnpo", "loss.dapo"])
+def test_kl_output_clamp_bounds_the_kl_part_of_the_loss(fid):
+    """spec/loss.md (loss-kl-output-bound): with output bounds c < d and a mean aggregator,
+    beta c <= loss(beta) - loss(0) <= beta d, on batches whose reference log-probs lie up to 200 away
+    (so the clamps bind); the Liger-Kernel fork PR #4's kl_output_clamp_value = 10 is (c, d) = (-10, 10)."""
+    rng = random.Random(409)
+    beta = mpf("0.5")
+    exceeded = 0
+    for k in range(12):
+        B, T = 4, 3
+        mask = random_mask(rng, B, T)
+        mask[0][0] = True
+        lp, old = random_logprobs(rng, B, T, lo=-3.0), random_logprobs(rng, B, T, lo=-3.0)
+        ref = [[v + rng.choice([-200.0, -5.0, 0.5, 3.0, 200.0]) for v in row] for row in lp]
+        inputs = {"logprobs": lp, "old_logprobs": old, "mask": mask, "advantages": [rng.choice([-1.0, 1.0]) for _ in
+                                                                                    range(B)]}
+        if fid == "loss.dapo":
+            inputs["group_ids"] = [0, 0, 1, 1]
+        c, d = [(-10, 10), (mpf("0.05"), mpf("0.3")), (-1, 2)][k % 3]
+        est = ["k1", "k2", "k3"][k % 3]
+        kl = {"kl_estimator": est, "kl_log_ratio_min": -20, "kl_log_ratio_max": 20}
+        base = evaluate(fid, inputs, {"beta": 0})["loss"]
+        full = evaluate(fid, {**inputs, "ref_logprobs": ref},
+                        {"beta": beta, **kl, "kl_output_min": c, "kl_output_max": d})["loss"]
+        with mp.workdps(60):
+            tol = mpf(10) ** -40 * (1 + abs(base))
+            assert beta * c - tol <= full - base <= beta * d + tol
+            unclamped = evaluate(fid, {**inputs, "ref_logprobs": ref}, {"beta": beta, **kl})["loss"]
+            exceeded += not (beta * c - tol <= unclamped - base <= beta * d + tol)
+    assert exceeded >= 6   # without the output clamp the bound fails, so the check above can fail

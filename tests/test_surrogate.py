@@ -657,3 +657,37 @@ def test_gspo_document_gradient_is_uniform_per_document_and_the_ratio_is_sdp_seg
                         if mask[i][t] and docs[i][t] == s:
                             assert abs(out["grad"]["logprobs"][i][t] - want) <= mpf(10) ** -48
     assert check_gradient_fd("surrogate.gspo_document", inputs) == sum(map(sum, mask))
+
+
+def test_gspo_document_on_policy_is_the_document_mean_of_pg():
+    """On-policy (old = current) every R_s = 1, so L_s = -A_s is the document mean of surrogate.pg's token
+    loss -A_{i,t} r_{i,t} (r = 1), weighted_loss_s their document sum, and the gradient at each token of s
+    is -A_s, the document mean of pg's gradient (spec/surrogate.md, surrogate.gspo_document edge cases)."""
+    rng = random.Random(909)
+    for _ in range(10):
+        B, T = 3, 6
+        mask = random_mask(rng, B, T)
+        lp = random_logprobs(rng, B, T, lo=-3.0)
+        adv = [[rng.choice([-1.5, -0.5, 0.25, 2.0]) for _ in range(T)] for _ in range(B)]
+        docs = [[rng.randint(0, 3) for _ in range(T)] for _ in range(B)]
+        base = {"logprobs": lp, "old_logprobs": lp, "mask": mask, "advantages": adv}
+        doc = evaluate("surrogate.gspo_document", {**base, "document_ids": docs})
+        pg = evaluate("surrogate.pg", base)
+        with mp.workdps(60):
+            for k, s in enumerate(doc["segment_ids"]):
+                tokens = [(i, t) for i in range(B) for t in range(T) if mask[i][t] and docs[i][t] == s]
+                pg_sum = sum(pg["loss"][i][t] for i, t in tokens)
+                pg_grad = sum(pg["grad"]["logprobs"][i][t] for i, t in tokens) / len(tokens)
+                assert doc["ratio"][k] == 1
+                assert abs(doc["weighted_loss"][k] - pg_sum) <= mpf(10) ** -50
+                assert abs(doc["loss"][k] - pg_sum / len(tokens)) <= mpf(10) ** -50
+                for i, t in tokens:
+                    assert abs(doc["grad"]["logprobs"][i][t] - pg_grad) <= mpf(10) ** -50
+        # off-policy the identity fails (so the check above can fail)
+        old = random_logprobs(rng, B, T, lo=-3.0)
+        off = evaluate("surrogate.gspo_document", {**base, "old_logprobs": old, "document_ids": docs})
+        off_pg = evaluate("surrogate.pg", {**base, "old_logprobs": old})
+        with mp.workdps(60):
+            assert any(abs(off["weighted_loss"][k] - sum(off_pg["loss"][i][t] for i in range(B) for t in range(T)
+                                                         if mask[i][t] and docs[i][t] == s)) > mpf(10) ** -6
+                       for k, s in enumerate(off["segment_ids"]))

@@ -315,6 +315,15 @@ def docs_per_step_cases():
              packed, {"docs_per_step": 4}),
         Case(f"{fid}/target-1", fid, "edge", "target 1: the first micro-batch alone, D = 2 (its two documents)",
              packed, {"docs_per_step": 1}),
+        Case(f"{fid}/normalize-by-documents-one-micro-batch", fid, "example",
+             "Fast-LLM normalize_by_documents with the step in one micro-batch (micro_batch_sizes = [3]; any target "
+             "up to D fetches it): the formula counts D = 5 documents (ids 0-4 among the unmasked tokens; the 9s "
+             "sit at masked positions and are not read), total = token sum 3.875 / 5 = 0.775, gradient 1/5 "
+             "(= agg.constant, divide_by K, divisor 5)",
+             {"values": [[-1.25, 0.5, 2.0, 0.0], [0.75, -0.25, 0.0, 0.0], [1.5, 1.0, -0.5, 0.125]],
+              "mask": [[True, True, True, False], [True, True, False, False], [True, True, True, True]],
+              "document_ids": [[0, 0, 1, 9], [2, 2, 9, 9], [3, 3, 4, 4]]},
+             {"docs_per_step": 1, "micro_batch_sizes": [3]}, FASTLLM_502),
         Case(f"{fid}/masked-nan-inf", fid, "edge",
              "NaN and infinities (and stray document ids) at masked positions reach no contribution or gradient",
              {"values": [[1.0, "nan"], ["inf", 2.0]], "mask": [[True, False], [False, True]],

@@ -171,6 +171,12 @@ SPECIFIC = (
      "error)", {}, {"num_sequences": 1}),
     ("agg.constant", "divisor-null", "divisor", "required (spec/agg.md: `divisor` K, default: required, real > 0)",
      {}, {"divisor": None}),
+    ("agg.constant", "divisor-nan", "divisor",
+     "a finite real > 0: NaN is refused (slime #2060 and #2090 refuse a divisor that is not > 0, NaN included)",
+     {}, {"divisor": "nan"}),
+    ("agg.prompt_mean", "group-ids-null", "group_ids",
+     "an integer group id for every sequence: a null id is an error (slime #2090 raises on "
+     "Sample.group_index = None, rollout.py L784-L790)", {"group_ids": [0, None, 1]}, {}),
     ("agg.prompt_mean", "num-groups-below-local", "num_groups",
      "integer >= the local count (spec/agg.md: a global count smaller than the count in the batch at hand is an "
      "error)", {}, {"num_groups": 1}),

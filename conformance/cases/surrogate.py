@@ -506,6 +506,11 @@ def _gspo_document():
              "A = 2, 2), 2 = row 1 token 1 (d = -0.5; A = 0.5): R = (e^0.25, 1, e^-0.5), A_s = (-1, 2, 0.5); losses "
              "(1.2840254167, -2, -0.30326532986) (all unclipped), weighted by N_s = (2, 2, 1); gradient -A_s R_s at "
              "every token of s: (1.2840254167, 1.2840254167, -2 | -2, -0.30326532986)", base, links=FASTLLM_502),
+        Case(f"{fid}/on-policy", fid, "example",
+             "on-policy (old_logprobs = logprobs): every R_s = 1 (never clipped), so L_s = -A_s, the document mean "
+             "of surrogate.pg's token loss -A_{i,t}: L = (1, -2, -0.5), weighted_loss = -(sum of A over s) = "
+             "(2, -4, -0.5), gradient -A_s at every token of s: (1, 1, -2 | -2, -0.5)",
+             {**base, "old_logprobs": lp}, links=FASTLLM_502),
         Case(f"{fid}/clipped-document", fid, "example",
              "one document of two tokens, d = (0.5, 0.5), A = 1: R = e^0.5 = 1.6487 > 1.2 clipped: loss -1.2, "
              "weighted -2.4, gradient 0",
