@@ -94,8 +94,11 @@ def load_adapter(spec: str):
         raise RunError(f"--adapter must be a built-in adapter name or module:object, got {spec!r}")
     target = BUILTIN_ADAPTERS.get(spec, spec)
     if ":" not in target:
+        from .suggest import did_you_mean
+
         known = ", ".join(sorted(BUILTIN_ADAPTERS))
-        raise RunError(f"unknown adapter {spec!r}; built-in adapters: {known}; or give module:object")
+        raise RunError(f"unknown adapter {spec!r}; built-in adapters: {known}; or give module:object"
+                       f"{did_you_mean(spec, BUILTIN_ADAPTERS)}")
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise RunError(f"adapter {spec!r}: expected module:object with both parts (e.g. mypkg.adapters:make_adapter)")
@@ -194,8 +197,10 @@ def select_cases(formulas: str = "*", problems: list | None = None) -> list[dict
         raise RunError(f"golden corpus: {e}") from None
     chosen = [c for c in cases if any(fnmatch.fnmatchcase(c["formula"], g) or fnmatch.fnmatchcase(c["id"], g) for g in globs)]
     if not chosen and not (problems and any(fnmatch.fnmatchcase(fid, g.split("/")[0]) for fid in REGISTRY for g in globs)):
+        from .suggest import formula_globs_hint
+
         known = ", ".join(sorted(REGISTRY))
-        raise RunError(f"no formula or case matches {formulas!r}; formula IDs: {known}")
+        raise RunError(f"no formula or case matches {formulas!r}; formula IDs: {known}{formula_globs_hint(globs, REGISTRY)}")
     return chosen
 
 

@@ -137,13 +137,18 @@ def test_bad_option_values_are_argparse_usage_errors(capsys, argv, expected):
 
 
 @pytest.mark.parametrize("argv,expected", [
-    ([], "the following arguments are required: command"),
     (["golden", "regenerate"], "argument action: invalid choice: 'regenerate'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ])
 def test_bad_commands(capsys, argv, expected):
     code, _, err = cli(capsys, *argv)
     assert code == 2 and expected in err
+
+
+def test_no_command_prints_the_help_as_a_usage_error(capsys):
+    """Not 'the following arguments are required: command': the help itself (test_cli has the console script)."""
+    code, out, err = cli(capsys)
+    assert code == 2 and out.startswith("usage: pgspec") and "commands:" in out and err == ""
 
 
 @pytest.mark.parametrize("name,value,argv,expected", [

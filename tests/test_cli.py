@@ -162,19 +162,68 @@ def _options(parser):
             yield action.option_strings[-1], action, parser
 
 
-def test_every_option_has_help_that_states_its_default():
+def test_every_option_has_help_that_states_its_default_once():
+    """argparse's ArgumentDefaultsHelpFormatter printed '(default: None)' after texts that state their
+    own default ('required, no default'): each default is stated once, never as None, [] or False."""
     options = list(_options(cli.build_parser()))
     assert len(options) >= 9
     for name, action, parser in options:
         assert action.help and action.help.strip(), f"{name} has no help"
         formatted = parser._get_formatter()._expand_help(action) if action.help else ""
-        assert "default" in formatted, f"{name}: help does not state its default: {formatted!r}"
+        assert formatted.lower().count("default") == 1, f"{name}: help states its default not once: {formatted!r}"
+        for noise in ("(default: None)", "(default: [])", "(default: False)", "(default: True)"):
+            assert noise not in formatted, f"{name}: {formatted!r}"
     # and as printed
     r = pgspec("run", "--help", columns=200)
     paragraphs = re.split(r"\n(?=  -)", r.stdout.split("options:")[1])
     for opt in ("--adapter", "--device", "--dtype", "--formulas", "--properties", "--case-timeout"):
         [para] = [p for p in paragraphs if p.strip().startswith(opt)]
         assert "(default: " in para, para
+    check = pgspec("check", "--help", columns=200).stdout
+    assert "(default: None)" not in check and "no default" in check
+
+
+SUBCOMMANDS = ("formulas", "golden", "run", "adapters", "check")
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_subcommand_has_a_description_and_two_examples(command):
+    r = pgspec(command, "--help", columns=100)
+    assert r.returncode == 0, r.stderr
+    usage, description = r.stdout.split("\n\n")[:2]
+    assert usage.startswith(f"usage: pgspec {command}") and len(description.split()) >= 10, r.stdout
+    examples = r.stdout.split("\nexamples:\n")[1].splitlines()
+    assert sum(line.startswith(f"  pgspec ") for line in examples) >= 2, r.stdout
+
+
+def test_a_bare_pgspec_prints_the_help_and_exits_2():
+    """Typing `pgspec` alone shows what it can do (not 'error: the following arguments are required');
+    as a usage error (exit 2), so that a script's empty command never passes for a success."""
+    r = pgspec()
+    assert r.returncode == 2 and r.stderr == "", r.stderr
+    assert r.stdout.startswith("usage: pgspec") and "commands:" in r.stdout and "examples:" in r.stdout
+    for command in SUBCOMMANDS:
+        assert f"    {command} " in r.stdout, command
+
+
+@pytest.mark.parametrize("argv,hint", [
+    (["runn"], "did you mean 'run'?"),
+    (["formula"], "did you mean 'formulas'?"),
+    (["golden", "verfy"], "did you mean 'verify'?"),
+    (["run", "--dtpe", "float32"], "--dtpe: did you mean '--dtype'?"),
+    (["check", "--formla=loss.grpo"], "--formla: did you mean '--formula'?"),
+    (["run", "--device", "cdua"], "did you mean 'cuda'?"),
+    (["run", "--adapter", "trll", "--formulas", "kl.k1"], "did you mean 'trl'?"),
+    (["run", "--formulas", "kll.*"], "'kll.*': did you mean 'kl.*'"),
+    (["run", "--formulas", "ratio.tokn"], "'ratio.tokn': did you mean 'ratio.token'"),
+    (["formulas", "--formulas", "surrogate.ppo_clp"], "did you mean 'surrogate.ppo_clip'"),
+    (["check", "--formula", "loss.grop", "--shape", "2x8"], "did you mean 'loss.grpo'"),
+])
+def test_a_mistyped_name_gets_did_you_mean(argv, hint):
+    r = pgspec(*argv, columns=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert hint in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_a_run_gives_back_to_the_garbage_collector_what_it_froze(capsys, monkeypatch):
