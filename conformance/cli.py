@@ -35,22 +35,29 @@ def _formulas(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    # IDs, input and parameter names are never split: the ID column is as wide as the longest ID
-    # (the title wraps under it), and inputs and parameters are listed one per line, unwrapped.
-    table = Table(title=f"pgspec formulas ({len(selected)})", box=box.SIMPLE_HEAD, leading=1,
-                  caption="* differentiable input (the corpus has its gradient); ? optional input; "
-                          "pgspec formulas --json for ranges, outputs and spec anchors")
+    # IDs, input, parameter and output names are never split: the ID column is as wide as the
+    # longest ID (the title wraps under it); inputs, parameters and outputs are listed one per line.
+    table = Table(title=f"pgspec formulas ({len(selected)})", box=box.SIMPLE_HEAD, leading=1)
     table.add_column("id / title", min_width=max(len(f.id) for f in selected), ratio=1)
-    table.add_column("inputs", no_wrap=True)
+    table.add_column("inputs -> outputs", no_wrap=True)
     table.add_column("params (default)", no_wrap=True)
     for f in selected:
         table.add_row(
             f"[bold]{escape(f.id)}[/bold]\n[dim]{escape(f.title)}[/dim]",
-            "\n".join(escape(i.name + ("*" if i.name in f.differentiable else "") + ("?" if i.optional else ""))
-                      for i in f.inputs),
+            "\n".join([*(escape(i.name + ("*" if i.name in f.differentiable else "") + ("?" if i.optional else ""))
+                        for i in f.inputs), *(f"-> [bold]{escape(o.name)}[/bold]" for o in f.outputs)]),
             "\n".join(escape(f"{p.name}={p.default!r}") for p in f.params) or "-",
         )
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    # the legend as plain text, wrapped at the console's width between words (as a rich caption it
+    # was cut to the table's width, losing letters when piped)
+    import textwrap
+
+    legend = ("* differentiable input (the corpus has its gradient); ? optional input; -> output, a name the "
+              "adapter returns (pgspec formulas --json has their shapes, the parameters' ranges and the spec "
+              "anchors)")
+    print(textwrap.fill(legend, width=max(40, min(console.width, 100))))
     return 0
 
 
@@ -546,7 +553,17 @@ EXIT_INTERNAL = 3
 def main(argv=None) -> int:
     """Exit codes: 0 success; 1 conformance failures (fail, error, stale deviation); 2 a usage or input
     error, or a limit of the environment such as a full disk or out of memory (one line on stderr, no
-    traceback); 3 an internal error of pgspec (traceback saved to a file)."""
+    traceback); 3 an internal error of pgspec (traceback saved to a file); 130 interrupted (Ctrl-C).
+    A reader that closes stdout early (``pgspec formulas --json | head -1``) changes none of them: the
+    rest of the output is dropped, silently."""
+    stdout, sys.stdout = sys.stdout, _PipeSafe(sys.stdout)   # the help, the tables, the JSON: all of stdout
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout = stdout
+
+
+def _main(argv) -> int:
     parser = build_parser()
     if not (sys.argv[1:] if argv is None else argv):    # a bare `pgspec`: the help, as a usage error
         parser.print_help()
@@ -570,7 +587,12 @@ def main(argv=None) -> int:
         from .runner import RunError
 
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()      # a reader that closed the pipe is told here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:     # a write that did not go through sys.stdout: the reader has what it wanted
+        _stdout_to_devnull()
+        return 0
     except (RunError, GoldenError) as e:
         print(f"pgspec {args.command}: {e}", file=sys.stderr)
         return 2
@@ -601,6 +623,43 @@ def main(argv=None) -> int:
         else:
             print(text + f"please report this traceback to {ISSUES_URL}", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+class _PipeSafe:
+    """stdout, whose reader may close it early (`pgspec formulas --json | head -1`): the rest of the
+    output then goes to /dev/null, silently, and the command ends with its own exit code (a run's
+    verdict stands).  Python ignores SIGPIPE, so a write raises BrokenPipeError instead; rich's own
+    handling of it exits with 1, the traceback-free but wrong answer to a reader that had enough."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _stdout_to_devnull()
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _stdout_to_devnull()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _stdout_to_devnull() -> None:
+    """After a broken pipe: what is left in stdout's buffer goes nowhere, silently (Python's own
+    advice for SIGPIPE, which it ignores), instead of an 'Exception ignored' at the exit's flush."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):   # stdout is not a file (captured): nothing to redirect
+        pass
 
 
 def _out_of_memory(e: BaseException) -> bool:

@@ -116,6 +116,46 @@ def test_formulas_table_never_splits_an_id_at_80_columns_or_piped(columns):
             assert re.search(rf"\b{re.escape(p.name)}=", r.stdout), p.name
 
 
+@pytest.mark.parametrize("columns", [80, 200])
+def test_formulas_table_lists_outputs_and_its_legend_whole_when_piped(columns):
+    """The legend was a rich caption cut to the table's width: piped, 'pgspec formulas --json'
+    lost letters ('pgsp' ... 'formulas'). The table names each formula's outputs."""
+    from pgspec.reference import REGISTRY
+
+    r = pgspec("formulas", columns=columns)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert ("* differentiable input (the corpus has its gradient); ? optional input; -> output, a name the "
+            "adapter returns (pgspec formulas --json has their shapes") in text, r.stdout[-600:]
+    rows = re.split(r"\n\s*\n", r.stdout)
+    for fid, f in REGISTRY.items():
+        [row] = [row for row in rows if re.search(rf"^\s+{re.escape(fid)}\s", row, re.M)]
+        for o in f.outputs:
+            assert re.search(rf"-> {re.escape(o.name)}\b", row), (fid, o.name, row)
+
+
+@pytest.mark.parametrize("argv", [["formulas", "--json"], ["formulas"], ["adapters"], ["check", "--list"], [],
+                                  ["run", "--help"],
+                                  ["run", "--formulas", "kl.k1", "--dtype", "float64", "--no-properties"]])
+def test_a_reader_that_closes_stdout_early_gets_silence_and_the_exit_code(argv):
+    """`pgspec formulas --json | head -1` said 'pgspec formulas: Broken pipe' and exited 2, and rich's
+    tables exited 1: the rest of the output is dropped silently and the exit code is the command's."""
+    read, write = os.pipe()
+    os.close(read)      # the reader is gone before the first write: every write breaks the pipe
+    try:
+        r = subprocess.run([SCRIPT, *argv], stdout=write, stderr=subprocess.PIPE, text=True, env=user_env())
+    finally:
+        os.close(write)
+    assert r.returncode == (2 if argv == [] else 0), r.stderr
+    assert r.stderr == "", r.stderr
+
+
+def test_formulas_json_into_head_exits_0_silently():
+    r = subprocess.run(["bash", "-c", f"set -o pipefail; '{SCRIPT}' formulas --json | head -1"],
+                       capture_output=True, text=True, env=user_env())
+    assert (r.returncode, r.stdout, r.stderr) == (0, "[\n", ""), r
+
+
 def test_run_matrix_and_failures_readable_at_80_columns(user_repo):
     r = pgspec("run", "--adapter", "mymod:broken", "--formulas", "ratio.token", "--dtype", "float64,float32,bfloat16",
                "--no-properties", cwd=user_repo)
