@@ -85,6 +85,16 @@ ADAPTER_ATTRIBUTES = ("name", "framework", "version", "dtypes", "devices", "capa
                       "device_available")
 
 
+# `pip install pgspec` without the torch extra, then `pgspec run`: one line that says what to do
+# (it said only "No module named 'torch'")
+TORCH_MISSING = ("PyTorch is not installed in this interpreter; in the pgspec checkout: "
+                 "pip install -c constraints.txt -e \".[torch]\" (the CPU build; README, Install)")
+
+
+def _torch_missing(e: BaseException) -> bool:
+    return isinstance(e, ImportError) and (e.name or "").split(".")[0] == "torch"
+
+
 def load_adapter(spec: str):
     """An adapter by built-in name, or ``module:object`` (an Adapter, or a factory returning one).
 
@@ -107,6 +117,8 @@ def load_adapter(spec: str):
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
+        if _torch_missing(e):
+            raise RunError(f"adapter {spec!r}: {TORCH_MISSING}") from None
         raise RunError(f"adapter {spec!r}: cannot import {module_name!r}: {e}") from None
     except SyntaxError as e:
         raise RunError(f"adapter {spec!r}: cannot import {module_name!r}: syntax error in {e.filename}, "
@@ -125,6 +137,8 @@ def load_adapter(spec: str):
         except BaseException as e:  # noqa: BLE001 - user code: SystemExit included
             if isinstance(e, KeyboardInterrupt):
                 raise
+            if _torch_missing(e):
+                raise RunError(f"adapter {spec!r}: {TORCH_MISSING}") from None
             raise RunError(f"adapter {spec!r}: the factory {attr}() raised {_one_line(e)}") from None
     else:
         adapter = obj

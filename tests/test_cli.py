@@ -313,3 +313,40 @@ def test_a_failed_run_gives_back_the_garbage_collector_too(capsys):
     finally:
         gc.enable()
     capsys.readouterr()
+
+
+INSTALL = re.compile(r'pip install -c constraints\.txt -e "\.\[(torch|trl|liger|verl)\]"')
+
+
+def test_without_torch_a_run_says_how_to_install_it_in_one_line(tmp_path):
+    """`pip install pgspec` without the torch extra, then `pgspec run`, said only "No module named 'torch'"."""
+    blocker = tmp_path / "sitecustomize.py"     # this interpreter, as if torch were not installed
+    blocker.write_text("import sys\nsys.modules['torch'] = None\n")
+    env = {**user_env(), "PYTHONPATH": str(tmp_path)}
+    for argv in (["run", "--formulas", "kl.k1"], ["check", "--formula", "agg.token_mean", "--shape", "2x8"]):
+        r = subprocess.run([SCRIPT, *argv], capture_output=True, text=True, env=env)
+        assert r.returncode == 2, r.stderr
+        [line] = r.stderr.splitlines()
+        assert "PyTorch is not installed" in line and INSTALL.search(line).group(1) == "torch", line
+
+
+def test_install_hints_name_the_checkout_command_and_no_temporary_path():
+    """One install instruction, from a checkout (pgspec is on no index): the adapters that install as
+    extras say `pip install -c constraints.txt -e ".[X]"`; no message points at a /tmp venv."""
+    from pgspec.conformance import runner
+
+    root = Path(__file__).resolve().parent.parent
+    for path in [*root.glob("adapters/**/*.py"), *root.glob("conformance/*.py")]:
+        text = path.read_text()
+        assert "/tmp/venv" not in text, path
+        assert not re.search(r"pip install (trl|liger-kernel|verl)==", text), path
+    assert 'pip install "pgspec[' not in (root / "README.md").read_text()
+    for name in ("trl", "liger", "verl"):
+        try:
+            ok, why = runner.load_adapter(name).available()
+        except runner.RunError as e:
+            ok, why = False, str(e)
+        if not ok:
+            assert INSTALL.search(why) and INSTALL.search(why).group(1) == name, why
+    r = pgspec("adapters")
+    assert "/tmp/" not in r.stdout
