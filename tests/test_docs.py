@@ -260,3 +260,31 @@ def html_text(page: Path) -> str:
     import html as _html
 
     return _html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+
+
+def test_every_page_has_its_own_title(site):
+    """The sidebar listed "pgspec conformance: slime" three times (main and two PR heads): a report's
+    title names the variant its adapter's version names (report.title)."""
+    titles = {}
+    for page in sorted(site.rglob("*.html")):
+        if page.name in ("genindex.html", "search.html") or page.relative_to(site).as_posix().startswith("_"):
+            continue
+        m = re.search(r"<title>(.*?)</title>", page.read_text(), re.S)
+        titles.setdefault(m.group(1).strip(), []).append(page.relative_to(site).as_posix())
+    assert {t: p for t, p in titles.items() if len(p) > 1} == {}
+    for name, expected in (("slime-pr2060", "slime (PR #2060)"), ("megatron-packed", "megatron (packed layout)")):
+        assert f"<h1>pgspec conformance: {expected}" in (site / "conformance" / f"{name}.html").read_text()
+
+
+def test_the_report_title_names_the_variant():
+    from pgspec.conformance.report import title
+
+    assert title({"adapter": "slime", "version": "git:624b824a898a committed 2026-08-21 (main 624b824a, blobs "
+                  "verified) (isolated)"}) == "pgspec conformance: slime"
+    assert title({"adapter": "slime", "version": "git:0baefb547dcf committed 2026-06-12 (PR #2060 head 0baefb54, "
+                  "blobs verified) (isolated)"}) == "pgspec conformance: slime (PR #2060)"
+    assert title({"adapter": "megatron", "version": "git:d98e8a64ddf3 committed 2026-08-22 (main d98e8a64, blobs "
+                  "verified); packed layout (seq_starts / seq_lengths) (isolated)"}) == \
+        "pgspec conformance: megatron (packed layout)"
+    assert title({"adapter": "liger-compiled", "version": "0.8.5; compiled=True (torch.compile, recompile_limit 256)"}) \
+        == "pgspec conformance: liger-compiled"
