@@ -14,7 +14,9 @@
 # PGSPEC_VENV_PATTERN (default ".ci-venvs/%s") places each framework's environment;
 # PGSPEC_SKIP_INSTALL=1 reuses environments that already exist there.
 #
-# Run it from an environment where pgspec is installed (README: install command).
+# pgspec itself (the torch run, the isolated runs and the matrix) runs from its own environment,
+# $venvs/pgspec, which this script makes (README's install command, with the torch extra); it needs
+# nothing installed beforehand but python3.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PIP_CONSTRAINT="$PWD/constraints.txt"   # no CUDA build of torch, even in build environments
@@ -22,6 +24,16 @@ out=docs/conformance
 json_dir=${PGSPEC_JSON_DIR:-$(mktemp -d)}   # the runs' JSON reports (the matrix is made from them)
 venvs=${PGSPEC_VENVS:-.ci-venvs}
 mkdir -p "$out" "$venvs"
+main=$venvs/pgspec
+if [ "${PGSPEC_SKIP_INSTALL:-0}" = 1 ] && [ -x "$main/bin/pgspec" ]; then
+  echo "reusing $main"
+else
+  python3 -m venv "$main" && "$main/bin/pip" install -q -c constraints.txt -e ".[torch]" || {
+    echo "ci/conformance.sh: installing pgspec into $main failed" >&2
+    exit 2
+  }
+fi
+pgspec=$main/bin/pgspec
 adapters=("$@")
 [ ${#adapters[@]} -gt 0 ] || adapters=(torch trl liger liger-triton verl openrlhf skyrl areal)
 # every case ID except */scale-* (the runner's globs have no negation: no case name but scale-* starts with "sc")
@@ -33,7 +45,7 @@ for name in "${adapters[@]}"; do
   echo "=== $name"
   reports=(--report "md:$out/$name.md" --report "json:$json_dir/$name.json")
   if [ "$name" = torch ]; then
-    pgspec run --adapter torch "${reports[@]}" || status=1
+    "$pgspec" run --adapter torch "${reports[@]}" || status=1
     continue
   fi
   # liger's environment holds triton too (--triton); liger-triton runs from it
@@ -60,7 +72,7 @@ for name in "${adapters[@]}"; do
       --param beta=0 --vocab 9000 --shape 2x32 --dtype bfloat16,float32 || status=1
     echo "liger-triton (TRITON_INTERPRET=1) ran in $(( $(date +%s) - start )) s"
   elif [[ "$isolated" == *" $name "* ]]; then
-    pgspec run --adapter "$name" --python "$venv/bin/python" "${reports[@]}" || status=1
+    "$pgspec" run --adapter "$name" --python "$venv/bin/python" "${reports[@]}" || status=1
   else
     "$venv/bin/pgspec" run --adapter "$name" "${reports[@]}" || status=1
   fi
@@ -77,5 +89,5 @@ for name in "${adapters[@]}"; do
       --vocab 9000 --shape 2x128 --dtype bfloat16,float32 || status=1
   fi
 done
-python -m pgspec.conformance.matrix "$json_dir"/*.json --out "$out/matrix.md" || status=1
+"$main/bin/python" -m pgspec.conformance.matrix "$json_dir"/*.json --out "$out/matrix.md" || status=1
 exit $status

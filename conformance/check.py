@@ -2025,8 +2025,10 @@ def check_arguments(formula: str, B: int, T: int, dtypes=("float32",), device: s
         raise CheckError(f"--seed must be an integer (taken mod 2^64), got {seed!r}")
     _count("--chunk", chunk)
     if formula not in REGISTRY:
+        from .suggest import did_you_mean
+
         raise CheckError(f"unknown formula {formula!r}; formulas with an oracle: {', '.join(ORACLE_FORMULAS)} "
-                         "(`pgspec check --list`)")
+                         f"(`pgspec check --list`){did_you_mean(str(formula), ORACLE_FORMULAS)}")
     if formula not in ORACLE_FORMULAS:
         raise CheckError(f"{formula}: no oracle scale; formulas with one: {', '.join(ORACLE_FORMULAS)}")
     if params is not None and not isinstance(params, dict):

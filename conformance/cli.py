@@ -21,8 +21,10 @@ def _formulas(args) -> int:
     globs = _globs(args.formulas)
     selected = [f for fid, f in sorted(REGISTRY.items()) if any(fnmatch.fnmatchcase(fid, g) for g in globs)]
     if not selected:
-        print(f"pgspec: no formula matches {args.formulas!r}; known IDs: {', '.join(sorted(REGISTRY))}",
-              file=sys.stderr)
+        from .suggest import formula_globs_hint
+
+        print(f"pgspec: no formula matches {args.formulas!r}; known IDs: {', '.join(sorted(REGISTRY))}"
+              f"{formula_globs_hint(globs, REGISTRY)}", file=sys.stderr)
         return 2
     if args.json:
         json.dump([f.to_json() for f in selected], sys.stdout, indent=2)
@@ -33,22 +35,29 @@ def _formulas(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    # IDs, input and parameter names are never split: the ID column is as wide as the longest ID
-    # (the title wraps under it), and inputs and parameters are listed one per line, unwrapped.
-    table = Table(title=f"pgspec formulas ({len(selected)})", box=box.SIMPLE_HEAD, leading=1,
-                  caption="* differentiable input (the corpus has its gradient); ? optional input; "
-                          "pgspec formulas --json for ranges, outputs and spec anchors")
+    # IDs, input, parameter and output names are never split: the ID column is as wide as the
+    # longest ID (the title wraps under it); inputs, parameters and outputs are listed one per line.
+    table = Table(title=f"pgspec formulas ({len(selected)})", box=box.SIMPLE_HEAD, leading=1)
     table.add_column("id / title", min_width=max(len(f.id) for f in selected), ratio=1)
-    table.add_column("inputs", no_wrap=True)
+    table.add_column("inputs -> outputs", no_wrap=True)
     table.add_column("params (default)", no_wrap=True)
     for f in selected:
         table.add_row(
             f"[bold]{escape(f.id)}[/bold]\n[dim]{escape(f.title)}[/dim]",
-            "\n".join(escape(i.name + ("*" if i.name in f.differentiable else "") + ("?" if i.optional else ""))
-                      for i in f.inputs),
+            "\n".join([*(escape(i.name + ("*" if i.name in f.differentiable else "") + ("?" if i.optional else ""))
+                        for i in f.inputs), *(f"-> [bold]{escape(o.name)}[/bold]" for o in f.outputs)]),
             "\n".join(escape(f"{p.name}={p.default!r}") for p in f.params) or "-",
         )
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    # the legend as plain text, wrapped at the console's width between words (as a rich caption it
+    # was cut to the table's width, losing letters when piped)
+    import textwrap
+
+    legend = ("* differentiable input (the corpus has its gradient); ? optional input; -> output, a name the "
+              "adapter returns (pgspec formulas --json has their shapes, the parameters' ranges and the spec "
+              "anchors)")
+    print(textwrap.fill(legend, width=max(40, min(console.width, 100))))
     return 0
 
 
@@ -384,47 +393,54 @@ FORMULAS_HELP = "formula or case ID globs, comma-separated (e.g. 'kl.*,loss.grpo
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # every option's help ends with its default (ArgumentDefaultsHelpFormatter)
-    fmt = argparse.ArgumentDefaultsHelpFormatter
-    parser = argparse.ArgumentParser(prog="pgspec", description="The policy-gradient loss specification.",
-                                     formatter_class=fmt)
+    # every option's help states its default once (cli_help.HelpFormatter); each subcommand has a
+    # description and examples (cli_help.SUBCOMMANDS); a mistyped name gets a 'did you mean'
+    from .cli_help import DESCRIPTION, EPILOG, SUBCOMMANDS, HelpFormatter, Parser
+
+    parser = Parser(prog="pgspec", description=DESCRIPTION, epilog=EPILOG, formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"pgspec {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("formulas", help="list the formula registry", formatter_class=fmt)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def command(name):
+        return sub.add_parser(name, formatter_class=HelpFormatter, **SUBCOMMANDS[name])
+
+    p = command("formulas")
     p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     p.add_argument("--formulas", default="*", metavar="GLOBS", help="formula ID globs, comma-separated (e.g. 'kl.*,loss.grpo')")
     p.set_defaults(func=_formulas)
-    g = sub.add_parser("golden", help="generate, verify or measure the golden corpus", formatter_class=fmt)
+    g = command("golden")
     g.add_argument("action", choices=("generate", "verify", "coverage"),
                    help="generate: write the corpus; verify: regenerate in memory and require byte equality; "
                         "coverage: which side of every bounding parameter binds in which cases")
     g.add_argument("--no-cache", action="store_true",
                    help="verify: evaluate every case afresh instead of taking unchanged ones from the record cache")
     g.set_defaults(func=_golden)
-    r = sub.add_parser("run", help="run the conformance suite against an adapter", formatter_class=fmt)
+    r = command("run")
     r.add_argument("--adapter", default="torch",
-                   help="built-in adapter name, or module:object for your own adapter (the current folder is importable)")
+                   help="built-in adapter name (pgspec adapters lists them), or module:object for your own adapter "
+                        "(the current folder is importable)")
     r.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device the adapter's tensors live on")
-    r.add_argument("--dtype", default="float64,float32,bfloat16", help="comma-separated dtypes")
+    r.add_argument("--dtype", default="float64,float32,bfloat16",
+                   help="comma-separated dtypes: float64, float32, bfloat16, float16 or fp64, fp32, bf16, fp16")
     r.add_argument("--formulas", default="*", metavar="GLOBS", help=FORMULAS_HELP)
     r.add_argument("--report", action="append", metavar="KIND:PATH",
-                   help="json:PATH, md:PATH or html:PATH (repeatable)")
+                   help="json:PATH, md:PATH or html:PATH, repeatable (default: none, the table on the terminal only)")
     r.add_argument("--properties", action=argparse.BooleanOptionalAction, default=True,
                    help="also run the property checks of spec/properties.md")
     r.add_argument("--python", metavar="PATH", default=None,
-                   help="run the adapter in this other interpreter (its own venv) over a JSON-lines protocol")
+                   help="run the adapter in this other interpreter (its own venv) over a JSON-lines protocol "
+                        "(default: in this process, or PGSPEC_<NAME>_PYTHON for the adapters loaded from a checkout)")
     r.add_argument("--source", metavar="PATH", default=None,
-                   help="the framework checkout for nemo_rl, slime, fast_llm, megatron (else PGSPEC_<NAME>_SOURCE)")
+                   help="the framework checkout for nemo_rl, slime, fast_llm, megatron (default: "
+                        "$PGSPEC_<NAME>_SOURCE)")
     r.add_argument("--case-timeout", type=_seconds, default=300.0, metavar="SECONDS",
                    help="with --python: a case that takes longer becomes an error outcome")
     r.add_argument("--startup-timeout", type=_seconds, default=300.0, metavar="SECONDS",
                    help="with --python: the worker must load the adapter within this time")
     r.set_defaults(func=_run)
-    a = sub.add_parser("adapters", help="list adapters with availability, version and install commands",
-                       formatter_class=fmt)
+    a = command("adapters")
     a.set_defaults(func=_adapters)
-    c = sub.add_parser("check", help="check a formula at production size against the float64 oracle",
-                       formatter_class=fmt)
+    c = command("check")
     c.add_argument("--formula", default=None,
                    help="formula or recipe ID (`pgspec check --list` lists those with an oracle); required, no default")
     c.add_argument("--list", action="store_true", help="list the formulas with an oracle, and what each needs")
@@ -432,16 +448,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--shape", default="64x32768", help="BxT")
     c.add_argument("--vocab", type=int, default=None,
                    help="vocabulary size V of the linear head: logprob.token (required), loss.grpo (from hidden "
-                        "states and the head, through the adapter's fused head)")
+                        "states and the head, through the adapter's fused head) (default: none, no head)")
     c.add_argument("--hidden", type=int, default=None,
-                   help="width H of the linear head whose exact logits log-prob checks use (default 64)")
+                   help="width H of the linear head whose exact logits log-prob checks use (default: 64)")
     c.add_argument("--dtype", default="float32",
-                   help="the adapter's dtype, or several comma-separated (the oracle is evaluated once for all)")
+                   help="the adapter's dtype, or several comma-separated (the oracle is evaluated once for all); "
+                        "fp32, bf16, fp16, fp64 name them too")
     c.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="device of the adapter's tensors")
     c.add_argument("--seed", type=int, default=0, help="seed of the input generator")
     c.add_argument("--chunk", type=int, default=8, help="sequences per chunk of the oracle's scale pass")
-    c.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a formula parameter (JSON value)")
-    c.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
+    c.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                   help="a formula parameter (JSON value), repeatable (default: none, each parameter at its spec value)")
+    c.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON (default: none)")
     c.add_argument("--sampler", action="store_true",
                    help="give loss.vespo the sampler's log-probs, which it folds into phi (TRL's and Liger's vLLM "
                         "correction); the other losses get them where their options read them")
@@ -535,12 +553,28 @@ EXIT_INTERNAL = 3
 def main(argv=None) -> int:
     """Exit codes: 0 success; 1 conformance failures (fail, error, stale deviation); 2 a usage or input
     error, or a limit of the environment such as a full disk or out of memory (one line on stderr, no
-    traceback); 3 an internal error of pgspec (traceback saved to a file)."""
+    traceback); 3 an internal error of pgspec (traceback saved to a file); 130 interrupted (Ctrl-C).
+    A reader that closes stdout early (``pgspec formulas --json | head -1``) changes none of them: the
+    rest of the output is dropped, silently."""
+    stdout, sys.stdout = sys.stdout, _PipeSafe(sys.stdout)   # the help, the tables, the JSON: all of stdout
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout = stdout
+
+
+def _main(argv) -> int:
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):    # a bare `pgspec`: the help, as a usage error
+        parser.print_help()
+        return 2
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse printed the usage and one error line
         return e.code if isinstance(e.code, int) else 2
+    if args.command is None:    # options only (`pgspec --no-such`): argparse has already refused those
+        parser.print_help()
+        return 2
     mode = os.environ.get("PGSPEC_COMPARE")
     if mode not in (None, "fast", "exact"):     # read as the comparison core is imported: checked first
         print(f"pgspec {args.command}: PGSPEC_COMPARE must be 'fast' (the default) or 'exact' (every element compared "
@@ -553,7 +587,12 @@ def main(argv=None) -> int:
         from .runner import RunError
 
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()      # a reader that closed the pipe is told here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:     # a write that did not go through sys.stdout: the reader has what it wanted
+        _stdout_to_devnull()
+        return 0
     except (RunError, GoldenError) as e:
         print(f"pgspec {args.command}: {e}", file=sys.stderr)
         return 2
@@ -584,6 +623,43 @@ def main(argv=None) -> int:
         else:
             print(text + f"please report this traceback to {ISSUES_URL}", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+class _PipeSafe:
+    """stdout, whose reader may close it early (`pgspec formulas --json | head -1`): the rest of the
+    output then goes to /dev/null, silently, and the command ends with its own exit code (a run's
+    verdict stands).  Python ignores SIGPIPE, so a write raises BrokenPipeError instead; rich's own
+    handling of it exits with 1, the traceback-free but wrong answer to a reader that had enough."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _stdout_to_devnull()
+            return len(text)
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _stdout_to_devnull()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _stdout_to_devnull() -> None:
+    """After a broken pipe: what is left in stdout's buffer goes nowhere, silently (Python's own
+    advice for SIGPIPE, which it ignores), instead of an 'Exception ignored' at the exit's flush."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):   # stdout is not a file (captured): nothing to redirect
+        pass
 
 
 def _out_of_memory(e: BaseException) -> bool:

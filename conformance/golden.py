@@ -232,7 +232,10 @@ def _generate_records(cases: list, progress=None, cache: bool = True, reuse: boo
     else:
         import multiprocessing
 
-        pool = multiprocessing.get_context("fork").Pool(jobs)
+        # the workers ignore SIGINT: Ctrl-C reaches the whole process group, and a worker's
+        # KeyboardInterrupt was a traceback each (about 65 lines) while the pool started new workers
+        # and the run went on; the parent alone is interrupted, and ends the pool below
+        pool = multiprocessing.get_context("fork").Pool(jobs, initializer=_ignore_sigint)
         results = pool.imap_unordered(_generate_indexed, [(k, cases[k]) for k in todo], chunksize=1)
     try:
         for k, record in results:
@@ -242,12 +245,23 @@ def _generate_records(cases: list, progress=None, cache: bool = True, reuse: boo
             done += 1
             if progress:
                 progress(done, total)
-    finally:
+    except BaseException:   # Ctrl-C (KeyboardInterrupt) or an error: stop the workers now, not after the queue
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+        raise
+    else:
         if pool is not None:
             pool.close()
             pool.join()
     _STATS["cached"], _STATS["evaluated"] = total - len(todo), len(todo)
     return records
+
+
+def _ignore_sigint():
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _generate_indexed(item):

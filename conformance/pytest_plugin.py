@@ -17,14 +17,23 @@ from __future__ import annotations
 import pytest
 
 
+# the same as `pgspec run`'s --dtype (tested): a user expects the plugin to run what the command runs
+DEFAULT_DTYPES = "float64,float32,bfloat16"
+
+
 def pytest_addoption(parser):
+    from pgspec.conformance.tolerance import DTYPES_HELP
+
     group = parser.getgroup("pgspec", "pgspec conformance suite")
     group.addoption("--pgspec-adapter", default=None, metavar="NAME",
                     help="run the pgspec golden corpus against this adapter: a built-in name or module:object "
-                         "(the current folder is importable) (default: none, the plugin is off)")
+                         "(the current folder is importable); the golden cases only, in the dtypes of "
+                         "--pgspec-dtype, as `pgspec run --no-properties` (the property checks of "
+                         "spec/properties.md run with `pgspec run --adapter NAME`) (default: none, the plugin is off)")
     group.addoption("--pgspec-device", default="cpu", choices=("cpu", "cuda"), help="device (default: cpu)")
-    group.addoption("--pgspec-dtype", default="float64,float32", metavar="DTYPES",
-                    help="comma-separated dtypes (default: float64,float32)")
+    group.addoption("--pgspec-dtype", default=DEFAULT_DTYPES, metavar="DTYPES",
+                    help=f"comma-separated dtypes among {DTYPES_HELP}, as `pgspec run --dtype` "
+                         f"(default: {DEFAULT_DTYPES}, as pgspec run)")
     group.addoption("--pgspec-formulas", default="*", metavar="GLOBS",
                     help="formula or case ID globs, comma-separated, e.g. 'kl.*,loss.grpo' (default: *)")
 
@@ -142,14 +151,12 @@ def pytest_configure(config):
     if not name:
         return
     from pgspec.conformance import runner
-    from pgspec.conformance.tolerance import DTYPES
+    from pgspec.conformance.tolerance import parse_dtypes
 
-    dtypes = list(dict.fromkeys(d.strip() for d in config.getoption("--pgspec-dtype").split(",") if d.strip()))
-    if not dtypes:
-        raise pytest.UsageError(f"--pgspec-dtype: no dtype given; choose from {', '.join(DTYPES)}")
-    bad = [d for d in dtypes if d not in DTYPES]
-    if bad:
-        raise pytest.UsageError(f"--pgspec-dtype: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
+    try:    # as `pgspec run --dtype`: the aliases (fp32, bf16...) too
+        dtypes = parse_dtypes(config.getoption("--pgspec-dtype"), option="--pgspec-dtype")
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
     try:
         adapter = runner.load_adapter(name)
     except runner.RunError as e:
@@ -235,6 +242,18 @@ def pytest_collection_modifyitems(session, config, items):
         "dtypes": sorted({i.dtype for i in no_dtype}), "no_dtype": len(no_dtype), "kept": len(kept),
         "outside": len(outside),
     }
+
+
+def pytest_report_header(config):
+    """What the plugin runs, and what it leaves to ``pgspec run`` (the property checks)."""
+    adapter = getattr(config, "_pgspec_adapter", None)
+    if adapter is None:
+        return None
+    name = config.getoption("--pgspec-adapter")
+    return (f"pgspec plugin: the golden cases against {adapter.name} ({adapter.version}) on "
+            f"{config.getoption('--pgspec-device')} in {', '.join(config._pgspec_dtypes)}, formulas "
+            f"{config.getoption('--pgspec-formulas')}; not the property checks (spec/properties.md): "
+            f"`pgspec run --adapter {name}` runs both")
 
 
 def pytest_report_collectionfinish(config, start_path, items):

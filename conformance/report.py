@@ -9,6 +9,7 @@ carry no date, so a report of an unchanged run regenerates byte-identically.
 from __future__ import annotations
 
 import math
+import re
 
 from .runner import OUTCOMES
 from .verdicts import cell_text as verdict_text
@@ -181,7 +182,20 @@ def absorbs_text(d) -> str:
     if d.expect == "error":
         return f"raises {d.raises}" + (f" matching `{d.match}`" if d.match else "")
     text = ", ".join(f"`{o}`" for o in d.outputs) if d.outputs else "any output"
-    return text + (f", ratio <= {d.max_ratio:g}" if d.max_ratio is not None else "")
+    text += f", ratio <= {d.max_ratio:g}" if d.max_ratio is not None else ""
+    return text + (f", within the {d.within} tolerance" if d.within else "")
+
+
+# what sets two runs of one adapter apart, as its version string names it: a PR head
+# ("... (PR #2060 head 0baefb54, blobs verified)") or a variant after the checkout ("...); packed layout (...")
+_VARIANTS = (re.compile(r"\((PR #\d+) head\b"), re.compile(r"\); ([^;()]+?) \("))
+
+
+def title(h) -> str:
+    """A report's title: the adapter and, where its version names one, the variant run (the docs'
+    sidebar showed "pgspec conformance: slime" for main and two PR heads alike)."""
+    variants = [m.group(1) for pattern in _VARIANTS if (m := pattern.search(h["version"]))]
+    return f"pgspec conformance: {h['adapter']}" + (f" ({', '.join(variants)})" if variants else "")
 
 
 def to_markdown(summary, adapter, device, dtypes) -> str:
@@ -189,7 +203,7 @@ def to_markdown(summary, adapter, device, dtypes) -> str:
     m = matrix(summary, dtypes)
     verdicts = formula_verdicts(_rows(summary))
     lines = [
-        f"# pgspec conformance: {h['adapter']}",
+        f"# {title(h)}",
         "",
         f"- framework: {h['framework']} ({h['version']})",
         f"- device: {device}; dtypes: {', '.join(dtypes)}",
@@ -352,14 +366,14 @@ def to_html(summary, adapter, device, dtypes) -> str:
         )
     totals = ", ".join(f"{sum(1 for r in summary.results if r.outcome == k)} {k}" for k in OUTCOMES)
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>pgspec conformance: {html.escape(h['adapter'])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title(h))}</title>
 <style>
 body {{ font-family: sans-serif; margin: 2em; max-width: 70em; }}
 table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #999; padding: 0.3em 0.7em; text-align: left; }}
 td.ok {{ background: #dff0d8; }} td.bad {{ background: #f2dede; }} td.dev {{ background: #fcf8e3; }}
 pre {{ background: #f6f6f6; padding: 0.6em; overflow-x: auto; }}
 </style></head><body>
-<h1>pgspec conformance: {html.escape(h['adapter'])}</h1>
+<h1>{html.escape(title(h))}</h1>
 <p><strong>{html.escape(summary.summary_line(adapter.name))}</strong></p>
 <p>{html.escape(h['framework'])} ({html.escape(h['version'])}) on {html.escape(device)};
 golden corpus pgspec {html.escape(h['golden']['pgspec'])}, mpmath {html.escape(h['golden']['mpmath'])}, dps {h['golden']['dps']}.</p>

@@ -93,6 +93,16 @@ ADAPTER_ATTRIBUTES = ("name", "framework", "version", "dtypes", "devices", "capa
                       "device_available")
 
 
+# `pip install pgspec` without the torch extra, then `pgspec run`: one line that says what to do
+# (it said only "No module named 'torch'")
+TORCH_MISSING = ("PyTorch is not installed in this interpreter; in the pgspec checkout: "
+                 "pip install -c constraints.txt -e \".[torch]\" (the CPU build; README, Install)")
+
+
+def _torch_missing(e: BaseException) -> bool:
+    return isinstance(e, ImportError) and (e.name or "").split(".")[0] == "torch"
+
+
 def load_adapter(spec: str):
     """An adapter by built-in name, or ``module:object`` (an Adapter, or a factory returning one).
 
@@ -102,8 +112,11 @@ def load_adapter(spec: str):
         raise RunError(f"--adapter must be a built-in adapter name or module:object, got {spec!r}")
     target = BUILTIN_ADAPTERS.get(spec, spec)
     if ":" not in target:
+        from .suggest import did_you_mean
+
         known = ", ".join(sorted(BUILTIN_ADAPTERS))
-        raise RunError(f"unknown adapter {spec!r}; built-in adapters: {known}; or give module:object")
+        raise RunError(f"unknown adapter {spec!r}; built-in adapters: {known}; or give module:object"
+                       f"{did_you_mean(spec, BUILTIN_ADAPTERS)}")
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise RunError(f"adapter {spec!r}: expected module:object with both parts (e.g. mypkg.adapters:make_adapter)")
@@ -112,6 +125,8 @@ def load_adapter(spec: str):
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
+        if _torch_missing(e):
+            raise RunError(f"adapter {spec!r}: {TORCH_MISSING}") from None
         raise RunError(f"adapter {spec!r}: cannot import {module_name!r}: {e}") from None
     except SyntaxError as e:
         raise RunError(f"adapter {spec!r}: cannot import {module_name!r}: syntax error in {e.filename}, "
@@ -130,6 +145,8 @@ def load_adapter(spec: str):
         except BaseException as e:  # noqa: BLE001 - user code: SystemExit included
             if isinstance(e, KeyboardInterrupt):
                 raise
+            if _torch_missing(e):
+                raise RunError(f"adapter {spec!r}: {TORCH_MISSING}") from None
             raise RunError(f"adapter {spec!r}: the factory {attr}() raised {_one_line(e)}") from None
     else:
         adapter = obj
@@ -206,8 +223,10 @@ def select_cases(formulas: str = "*", problems: list | None = None) -> list[dict
         raise RunError(f"golden corpus: {e}") from None
     chosen = [c for c in cases if any(fnmatch.fnmatchcase(c["formula"], g) or fnmatch.fnmatchcase(c["id"], g) for g in globs)]
     if not chosen and not (problems and any(fnmatch.fnmatchcase(fid, g.split("/")[0]) for fid in REGISTRY for g in globs)):
+        from .suggest import formula_globs_hint
+
         known = ", ".join(sorted(REGISTRY))
-        raise RunError(f"no formula or case matches {formulas!r}; formula IDs: {known}")
+        raise RunError(f"no formula or case matches {formulas!r}; formula IDs: {known}{formula_globs_hint(globs, REGISTRY)}")
     return chosen
 
 

@@ -31,6 +31,11 @@ K = {
     "agg": 4, "adv": 4, "dist": 4, "loss": 8,
 }
 DTYPES = tuple(UNIT_ROUNDOFF)
+# Short names accepted wherever a dtype is taken (``--dtype``, ``--pgspec-dtype``).  Only the
+# unambiguous ones: ``float`` is float32 in torch but float64 in Python and numpy, so it is refused.
+DTYPE_ALIASES = {"fp64": "float64", "double": "float64", "fp32": "float32", "fp16": "float16", "half": "float16",
+                 "bf16": "bfloat16"}
+DTYPES_HELP = "float64 (fp64), float32 (fp32), bfloat16 (bf16), float16 (fp16, half)"
 COMPARE_DPS = 50   # the working precision of ``compare``
 
 
@@ -43,16 +48,22 @@ class Comparison:
     note: str = ""
 
 
-def parse_dtypes(text: str) -> list[str]:
-    """The ``--dtype`` option of ``pgspec run`` and ``pgspec check``: comma-separated dtypes, in the
-    order given, each once; ValueError (naming the option and the choices) for none or an unknown one."""
-    dtypes = list(dict.fromkeys(d.strip() for d in text.split(",") if d.strip()))
-    if not dtypes:
-        raise ValueError(f"--dtype: no dtype given (got {text!r}); choose from {', '.join(DTYPES)}")
-    bad = [d for d in dtypes if d not in DTYPES]
+def parse_dtypes(text: str, option: str = "--dtype") -> list[str]:
+    """The ``--dtype`` option of ``pgspec run`` and ``pgspec check`` (and the plugin's
+    ``--pgspec-dtype``): comma-separated dtypes or their aliases (DTYPE_ALIASES),
+    in the order given, each once, as canonical names; ValueError (naming the option, the choices
+    and the closest name) for none or an unknown one."""
+    from .suggest import did_you_mean
+
+    names = [d.strip() for d in text.split(",") if d.strip()]
+    if not names:
+        raise ValueError(f"{option}: no dtype given (got {text!r}); choose from {DTYPES_HELP}")
+    bad = [d for d in names if d not in DTYPES and d not in DTYPE_ALIASES]
     if bad:
-        raise ValueError(f"--dtype: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
-    return dtypes
+        hint = ("; 'float' is ambiguous (float32 in torch, float64 in Python and numpy): give float32 or float64"
+                if bad[0] == "float" else did_you_mean(bad[0], [*DTYPES, *DTYPE_ALIASES]))
+        raise ValueError(f"{option}: unknown dtype(s) {bad}; choose from {DTYPES_HELP}{hint}")
+    return list(dict.fromkeys(d if d in DTYPES else DTYPE_ALIASES[d] for d in names))
 
 
 def bound(family: str, dtype: str, scale) -> mpf:

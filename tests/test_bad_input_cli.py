@@ -65,14 +65,19 @@ def usage_error(capsys, *argv) -> str:
 @pytest.mark.parametrize("dtype", ["", ",", " , ", ",,"])
 def test_no_dtype_is_a_usage_error(capsys, dtype):
     line = usage_error(capsys, "run", "--formulas", "kl.k1", "--dtype", dtype, "--no-properties")
-    assert line == (f"pgspec run: --dtype: no dtype given (got {dtype!r}); choose from float64, float32, float16, bfloat16")
+    assert line == (f"pgspec run: --dtype: no dtype given (got {dtype!r}); choose from float64 (fp64), float32 (fp32), bfloat16 (bf16), float16 (fp16, half)")
 
 
-@pytest.mark.parametrize("dtype,bad", [("float128", ["float128"]), ("float64,Float32", ["Float32"]), ("fp16", ["fp16"]),
-                                       ("float64;float32", ["float64;float32"])])
-def test_unknown_dtype_is_a_usage_error(capsys, dtype, bad):
+@pytest.mark.parametrize("dtype,bad,hint", [("float128", ["float128"], "; did you mean 'float32' or 'float16'"),
+                                            ("float64,Float32", ["Float32"], "; did you mean 'float32'"),
+                                            ("float", ["float"], "; 'float' is ambiguous (float32 in torch, float64 in Python"),
+                                            ("bf61", ["bf61"], "; did you mean 'bf16'?"),
+                                            ("float64;float32", ["float64;float32"], "; did you mean 'float64'"),
+                                            ("int8", ["int8"], "")])
+def test_unknown_dtype_is_a_usage_error(capsys, dtype, bad, hint):
     line = usage_error(capsys, "run", "--formulas", "kl.k1", "--dtype", dtype, "--no-properties")
-    assert line == f"pgspec run: --dtype: unknown dtype(s) {bad}; choose from float64, float32, float16, bfloat16"
+    assert line.startswith(f"pgspec run: --dtype: unknown dtype(s) {bad}; choose from float64 (fp64), float32 (fp32), bfloat16 (bf16), float16 (fp16, half){hint}"), line
+    assert hint or "did you mean" not in line, line
 
 
 def test_a_repeated_dtype_runs_once(capsys, tmp_path):
@@ -132,13 +137,18 @@ def test_bad_option_values_are_argparse_usage_errors(capsys, argv, expected):
 
 
 @pytest.mark.parametrize("argv,expected", [
-    ([], "the following arguments are required: command"),
     (["golden", "regenerate"], "argument action: invalid choice: 'regenerate'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ])
 def test_bad_commands(capsys, argv, expected):
     code, _, err = cli(capsys, *argv)
     assert code == 2 and expected in err
+
+
+def test_no_command_prints_the_help_as_a_usage_error(capsys):
+    """Not 'the following arguments are required: command': the help itself (test_cli has the console script)."""
+    code, out, err = cli(capsys)
+    assert code == 2 and out.startswith("usage: pgspec") and "commands:" in out and err == ""
 
 
 @pytest.mark.parametrize("name,value,argv,expected", [
@@ -501,4 +511,23 @@ def test_no_python_module_traceback_reaches_a_user_even_from_the_entry_point(tmp
     r = subprocess.run([sys.executable, "-m", "pgspec.conformance.cli", "run", "--dtype", "", "--formulas", "kl.k1"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr == "pgspec run: --dtype: no dtype given (got ''); choose from float64, float32, float16, bfloat16\n"
+    assert r.stderr == "pgspec run: --dtype: no dtype given (got ''); choose from float64 (fp64), float32 (fp32), bfloat16 (bf16), float16 (fp16, half)\n"
+
+
+@pytest.mark.parametrize("alias,dtype", [("fp64", "float64"), ("double", "float64"), ("fp32", "float32"),
+                                         ("bf16", "bfloat16"), ("fp16", "float16"), ("half", "float16")])
+def test_the_dtype_aliases_name_the_canonical_dtype(alias, dtype):
+    from pgspec.conformance.tolerance import parse_dtypes
+
+    assert parse_dtypes(f"{alias},{dtype}") == [dtype]
+    assert parse_dtypes(alias, option="--pgspec-dtype") == [dtype]
+
+
+def test_run_and_check_take_the_dtype_aliases(capsys, tmp_path):
+    code, _, err = cli(capsys, "run", "--formulas", "kl.k1", "--dtype", "fp32,bf16", "--no-properties",
+                       "--report", f"json:{tmp_path}/r.json")
+    assert code == 0, err
+    assert {r["dtype"] for r in json.loads((tmp_path / "r.json").read_text())["results"]} == {"float32", "bfloat16"}
+    code, out, err = cli(capsys, "check", "--formula", "agg.token_mean", "--shape", "2x8", "--dtype", "bf16")
+    assert code == 0, err
+    assert "agg.token_mean bfloat16" in out, out

@@ -44,7 +44,7 @@ def run(pytester, monkeypatch, *args):
     (["--pgspec-adapter", "nope"], "ERROR: --pgspec-adapter: unknown adapter 'nope'"),
     (["--pgspec-adapter", "bad_input_adapters:broken_available"],
      "ERROR: --pgspec-adapter: adapter 'bad_input_adapters:broken_available': RuntimeError: cannot query the GPU driver"),
-    (["--pgspec-adapter", "torch", "--pgspec-dtype", ""], "ERROR: --pgspec-dtype: no dtype given; choose from float64"),
+    (["--pgspec-adapter", "torch", "--pgspec-dtype", ""], "ERROR: --pgspec-dtype: no dtype given (got ''); choose from float64"),
     (["--pgspec-adapter", "torch", "--pgspec-dtype", "float8"], "ERROR: --pgspec-dtype: unknown dtype(s) ['float8']"),
 ])
 def test_usage_errors(pytester, monkeypatch, args, expected):

@@ -118,6 +118,46 @@ def test_formulas_table_never_splits_an_id_at_80_columns_or_piped(columns):
             assert re.search(rf"\b{re.escape(p.name)}=", r.stdout), p.name
 
 
+@pytest.mark.parametrize("columns", [80, 200])
+def test_formulas_table_lists_outputs_and_its_legend_whole_when_piped(columns):
+    """The legend was a rich caption cut to the table's width: piped, 'pgspec formulas --json'
+    lost letters ('pgsp' ... 'formulas'). The table names each formula's outputs."""
+    from pgspec.reference import REGISTRY
+
+    r = pgspec("formulas", columns=columns)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    assert ("* differentiable input (the corpus has its gradient); ? optional input; -> output, a name the "
+            "adapter returns (pgspec formulas --json has their shapes") in text, r.stdout[-600:]
+    rows = re.split(r"\n\s*\n", r.stdout)
+    for fid, f in REGISTRY.items():
+        [row] = [row for row in rows if re.search(rf"^\s+{re.escape(fid)}\s", row, re.M)]
+        for o in f.outputs:
+            assert re.search(rf"-> {re.escape(o.name)}\b", row), (fid, o.name, row)
+
+
+@pytest.mark.parametrize("argv", [["formulas", "--json"], ["formulas"], ["adapters"], ["check", "--list"], [],
+                                  ["run", "--help"],
+                                  ["run", "--formulas", "kl.k1", "--dtype", "float64", "--no-properties"]])
+def test_a_reader_that_closes_stdout_early_gets_silence_and_the_exit_code(argv):
+    """`pgspec formulas --json | head -1` said 'pgspec formulas: Broken pipe' and exited 2, and rich's
+    tables exited 1: the rest of the output is dropped silently and the exit code is the command's."""
+    read, write = os.pipe()
+    os.close(read)      # the reader is gone before the first write: every write breaks the pipe
+    try:
+        r = subprocess.run([SCRIPT, *argv], stdout=write, stderr=subprocess.PIPE, text=True, env=user_env())
+    finally:
+        os.close(write)
+    assert r.returncode == (2 if argv == [] else 0), r.stderr
+    assert r.stderr == "", r.stderr
+
+
+def test_formulas_json_into_head_exits_0_silently():
+    r = subprocess.run(["bash", "-c", f"set -o pipefail; '{SCRIPT}' formulas --json | head -1"],
+                       capture_output=True, text=True, env=user_env())
+    assert (r.returncode, r.stdout, r.stderr) == (0, "[\n", ""), r
+
+
 def test_run_matrix_and_failures_readable_at_80_columns(user_repo):
     r = pgspec("run", "--adapter", "mymod:broken", "--formulas", "ratio.token", "--dtype", "float64,float32,bfloat16",
                "--no-properties", cwd=user_repo)
@@ -164,19 +204,68 @@ def _options(parser):
             yield action.option_strings[-1], action, parser
 
 
-def test_every_option_has_help_that_states_its_default():
+def test_every_option_has_help_that_states_its_default_once():
+    """argparse's ArgumentDefaultsHelpFormatter printed '(default: None)' after texts that state their
+    own default ('required, no default'): each default is stated once, never as None, [] or False."""
     options = list(_options(cli.build_parser()))
     assert len(options) >= 9
     for name, action, parser in options:
         assert action.help and action.help.strip(), f"{name} has no help"
         formatted = parser._get_formatter()._expand_help(action) if action.help else ""
-        assert "default" in formatted, f"{name}: help does not state its default: {formatted!r}"
+        assert formatted.lower().count("default") == 1, f"{name}: help states its default not once: {formatted!r}"
+        for noise in ("(default: None)", "(default: [])", "(default: False)", "(default: True)"):
+            assert noise not in formatted, f"{name}: {formatted!r}"
     # and as printed
     r = pgspec("run", "--help", columns=200)
     paragraphs = re.split(r"\n(?=  -)", r.stdout.split("options:")[1])
     for opt in ("--adapter", "--device", "--dtype", "--formulas", "--properties", "--case-timeout"):
         [para] = [p for p in paragraphs if p.strip().startswith(opt)]
         assert "(default: " in para, para
+    check = pgspec("check", "--help", columns=200).stdout
+    assert "(default: None)" not in check and "no default" in check
+
+
+SUBCOMMANDS = ("formulas", "golden", "run", "adapters", "check")
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_subcommand_has_a_description_and_two_examples(command):
+    r = pgspec(command, "--help", columns=100)
+    assert r.returncode == 0, r.stderr
+    usage, description = r.stdout.split("\n\n")[:2]
+    assert usage.startswith(f"usage: pgspec {command}") and len(description.split()) >= 10, r.stdout
+    examples = r.stdout.split("\nexamples:\n")[1].splitlines()
+    assert sum(line.startswith(f"  pgspec ") for line in examples) >= 2, r.stdout
+
+
+def test_a_bare_pgspec_prints_the_help_and_exits_2():
+    """Typing `pgspec` alone shows what it can do (not 'error: the following arguments are required');
+    as a usage error (exit 2), so that a script's empty command never passes for a success."""
+    r = pgspec()
+    assert r.returncode == 2 and r.stderr == "", r.stderr
+    assert r.stdout.startswith("usage: pgspec") and "commands:" in r.stdout and "examples:" in r.stdout
+    for command in SUBCOMMANDS:
+        assert f"    {command} " in r.stdout, command
+
+
+@pytest.mark.parametrize("argv,hint", [
+    (["runn"], "did you mean 'run'?"),
+    (["formula"], "did you mean 'formulas'?"),
+    (["golden", "verfy"], "did you mean 'verify'?"),
+    (["run", "--dtpe", "float32"], "--dtpe: did you mean '--dtype'?"),
+    (["check", "--formla=loss.grpo"], "--formla: did you mean '--formula'?"),
+    (["run", "--device", "cdua"], "did you mean 'cuda'?"),
+    (["run", "--adapter", "trll", "--formulas", "kl.k1"], "did you mean 'trl'?"),
+    (["run", "--formulas", "kll.*"], "'kll.*': did you mean 'kl.*'"),
+    (["run", "--formulas", "ratio.tokn"], "'ratio.tokn': did you mean 'ratio.token'"),
+    (["formulas", "--formulas", "surrogate.ppo_clp"], "did you mean 'surrogate.ppo_clip'"),
+    (["check", "--formula", "loss.grop", "--shape", "2x8"], "did you mean 'loss.grpo'"),
+])
+def test_a_mistyped_name_gets_did_you_mean(argv, hint):
+    r = pgspec(*argv, columns=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert hint in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_a_run_gives_back_to_the_garbage_collector_what_it_froze(capsys, monkeypatch):
@@ -226,3 +315,40 @@ def test_a_failed_run_gives_back_the_garbage_collector_too(capsys):
     finally:
         gc.enable()
     capsys.readouterr()
+
+
+INSTALL = re.compile(r'pip install -c constraints\.txt -e "\.\[(torch|trl|liger|verl)\]"')
+
+
+def test_without_torch_a_run_says_how_to_install_it_in_one_line(tmp_path):
+    """`pip install pgspec` without the torch extra, then `pgspec run`, said only "No module named 'torch'"."""
+    blocker = tmp_path / "sitecustomize.py"     # this interpreter, as if torch were not installed
+    blocker.write_text("import sys\nsys.modules['torch'] = None\n")
+    env = {**user_env(), "PYTHONPATH": str(tmp_path)}
+    for argv in (["run", "--formulas", "kl.k1"], ["check", "--formula", "agg.token_mean", "--shape", "2x8"]):
+        r = subprocess.run([SCRIPT, *argv], capture_output=True, text=True, env=env)
+        assert r.returncode == 2, r.stderr
+        [line] = r.stderr.splitlines()
+        assert "PyTorch is not installed" in line and INSTALL.search(line).group(1) == "torch", line
+
+
+def test_install_hints_name_the_checkout_command_and_no_temporary_path():
+    """One install instruction, from a checkout (pgspec is on no index): the adapters that install as
+    extras say `pip install -c constraints.txt -e ".[X]"`; no message points at a /tmp venv."""
+    from pgspec.conformance import runner
+
+    root = Path(__file__).resolve().parent.parent
+    for path in [*root.glob("adapters/**/*.py"), *root.glob("conformance/*.py")]:
+        text = path.read_text()
+        assert "/tmp/venv" not in text, path
+        assert not re.search(r"pip install (trl|liger-kernel|verl)==", text), path
+    assert 'pip install "pgspec[' not in (root / "README.md").read_text()
+    for name in ("trl", "liger", "verl"):
+        try:
+            ok, why = runner.load_adapter(name).available()
+        except runner.RunError as e:
+            ok, why = False, str(e)
+        if not ok:
+            assert INSTALL.search(why) and INSTALL.search(why).group(1) == name, why
+    r = pgspec("adapters")
+    assert "/tmp/" not in r.stdout

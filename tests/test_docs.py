@@ -59,7 +59,7 @@ HARNESS = """<!doctype html><html><head><meta charset="utf-8"><title>pgspec math
 const pages = %s;
 async function check(path) {
   const frame = document.createElement("iframe");
-  frame.style.width = "1200px"; frame.style.height = "800px";
+  frame.style.width = "1400px"; frame.style.height = "800px"; frame.style.border = "0";
   const loaded = new Promise(resolve => frame.addEventListener("load", resolve, {once: true}));
   frame.src = path;
   document.body.appendChild(frame);
@@ -77,6 +77,22 @@ async function check(path) {
   for (const err of doc.querySelectorAll("mjx-merror, [data-mjx-error]")) {
     result.errors.push((err.getAttribute("data-mjx-error") || err.textContent).slice(0, 120));
   }
+  // at a 1400 px viewport no page scrolls sideways, and a table fits its box (furo's .table-wrapper)
+  // or, a table of nine or more columns (the matrix), scrolls in a box no taller than the window
+  result.viewport = [win.innerWidth, win.innerHeight];
+  result.scrollWidth = doc.documentElement.scrollWidth;
+  result.wide = Array.from(doc.querySelectorAll("body *"))
+    .filter(el => el.getBoundingClientRect().right > win.innerWidth + 0.5 && !el.querySelector("*"))
+    .slice(0, 3).map(el => el.tagName.toLowerCase() + "." + el.className + " right=" + Math.round(el.getBoundingClientRect().right));
+  result.cut = Array.from(doc.querySelectorAll(".table-wrapper"))
+    .filter(el => el.scrollWidth > el.clientWidth + 1)
+    .map(el => {
+      const widest = Array.from(el.querySelectorAll("td, th")).sort((a, b) => b.offsetWidth - a.offsetWidth)[0];
+      return {head: (el.querySelector("th") || el).textContent.trim().slice(0, 30), width: el.scrollWidth,
+              box: el.clientWidth, columns: (el.querySelector("tr") || el).children.length,
+              height: el.getBoundingClientRect().height,
+              widest: widest ? widest.offsetWidth + " px: " + widest.textContent.trim().slice(0, 60) : "-"};
+    });
   frame.remove();
   return result;
 }
@@ -190,6 +206,16 @@ def test_every_page_typesets_its_math_offline_in_chromium(site):
     assert problems == [], json.dumps(problems, indent=1)
     for r in with_math:
         assert r["typeset"] == r["math"], r
+    # 1400 px: no page scrolls sideways (spec/logprob.html did, by a wide inline equation) and no table is cut
+    # to furo's 46em column (each conformance page's rule table, the name map, the per-formula rows were)
+    assert all(r.get("viewport", [0])[0] == 1400 for r in results), results[0]
+    sideways = [(r["page"], r["scrollWidth"], r["wide"]) for r in results if r["scrollWidth"] > 1400]
+    assert sideways == [], sideways
+    cut = [(r["page"], t) for r in results for t in r["cut"]
+           if t["columns"] < 9 or t["height"] > r["viewport"][1]]
+    assert cut == [], json.dumps(cut, indent=1)
+    matrix = next(r for r in results if r["page"] == "conformance/matrix.html")
+    assert all(t["height"] <= matrix["viewport"][1] for t in matrix["cut"]), matrix["cut"]
 
 
 def test_the_chromium_check_sees_a_cdn_request_and_raw_math(tmp_path):
@@ -260,3 +286,45 @@ def html_text(page: Path) -> str:
     import html as _html
 
     return _html.unescape(re.sub(r"<[^>]+>", "", page.read_text()))
+
+
+def test_every_page_has_its_own_title(site):
+    """The sidebar listed "pgspec conformance: slime" three times (main and two PR heads): a report's
+    title names the variant its adapter's version names (report.title)."""
+    titles = {}
+    for page in sorted(site.rglob("*.html")):
+        if page.name in ("genindex.html", "search.html") or page.relative_to(site).as_posix().startswith("_"):
+            continue
+        m = re.search(r"<title>(.*?)</title>", page.read_text(), re.S)
+        titles.setdefault(m.group(1).strip(), []).append(page.relative_to(site).as_posix())
+    assert {t: p for t, p in titles.items() if len(p) > 1} == {}
+    for name, expected in (("slime-pr2060", "slime (PR #2060)"), ("megatron-packed", "megatron (packed layout)")):
+        assert f"<h1>pgspec conformance: {expected}" in (site / "conformance" / f"{name}.html").read_text()
+
+
+def test_the_report_title_names_the_variant():
+    from pgspec.conformance.report import title
+
+    assert title({"adapter": "slime", "version": "git:624b824a898a committed 2026-08-21 (main 624b824a, blobs "
+                  "verified) (isolated)"}) == "pgspec conformance: slime"
+    assert title({"adapter": "slime", "version": "git:0baefb547dcf committed 2026-06-12 (PR #2060 head 0baefb54, "
+                  "blobs verified) (isolated)"}) == "pgspec conformance: slime (PR #2060)"
+    assert title({"adapter": "megatron", "version": "git:d98e8a64ddf3 committed 2026-08-22 (main d98e8a64, blobs "
+                  "verified); packed layout (seq_starts / seq_lengths) (isolated)"}) == \
+        "pgspec conformance: megatron (packed layout)"
+    assert title({"adapter": "liger-compiled", "version": "0.8.5; compiled=True (torch.compile, recompile_limit 256)"}) \
+        == "pgspec conformance: liger-compiled"
+
+
+def test_the_matrix_cells_are_coloured_by_verdict_and_keep_their_text(site):
+    """Classes added by the docs extension (pgspec_docs._colour_matrix_cells); the text is matrix.py's."""
+    page = (site / "conformance" / "matrix.html").read_text()
+    cells = re.findall(r'<td class="pgspec-cell-([a-z-]+)"><p><a [^>]*><span[^>]*>([^<]*)</span>', page)
+    assert cells, page[:2000]
+    for cls, text in cells:
+        assert text.lower().replace(" ", "-").startswith(cls), (cls, text)
+    source = (ROOT / "docs" / "conformance" / "matrix.md").read_text()
+    kinds = {cls for cls, _ in cells}
+    assert {"pass", "unsupported"} <= kinds and ("bug" in kinds) == ("[bug (" in source)
+    assert len(cells) == len(re.findall(r"\[(?:pass|bug|convention|unsupported|not applicable|FAIL|ERROR|STALE)\b",
+                                        source))

@@ -93,3 +93,26 @@ def test_plugin_options_state_their_defaults(tmp_path):
     for opt in ("--pgspec-adapter", "--pgspec-device", "--pgspec-dtype", "--pgspec-formulas"):
         help_text = text[text.index(opt):][:400]
         assert "(default: " in help_text, help_text
+
+
+def test_the_header_says_what_runs_and_what_pgspec_run_adds(user_repo):
+    """The plugin runs the golden cases in pgspec run's dtypes, not the property checks: it says so."""
+    r = pytest_run("--pgspec-adapter", "mymod:adapter", "--pgspec-formulas", "ratio.token", cwd=user_repo)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [header] = [ln for ln in r.stdout.splitlines() if ln.startswith("pgspec plugin: ")]
+    assert "in float64, float32, bfloat16" in header, header
+    assert "not the property checks" in header and "`pgspec run --adapter mymod:adapter`" in header, header
+    assert "[bfloat16]" in pytest_run("--pgspec-adapter", "mymod:adapter", "--pgspec-formulas", "ratio.token",
+                                      "--collect-only", "-q", cwd=user_repo).stdout
+
+
+def test_the_default_dtypes_are_pgspec_runs_and_the_aliases_work(user_repo):
+    from pgspec.conformance import cli, pytest_plugin
+
+    run = next(a for a in cli.build_parser()._subparsers._group_actions[0].choices["run"]._actions
+               if a.dest == "dtype")
+    assert pytest_plugin.DEFAULT_DTYPES == run.default
+    r = pytest_run("--pgspec-adapter", "mymod:adapter", "--pgspec-formulas", "ratio.token", "--pgspec-dtype",
+                   "fp64,bf16", "--collect-only", "-q", cwd=user_repo)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[float64]" in r.stdout and "[bfloat16]" in r.stdout and "[float32]" not in r.stdout, r.stdout

@@ -520,7 +520,9 @@ class AReaLAdapter(Adapter):
 
     def available(self):
         if importlib.util.find_spec("areal") is None:
-            return False, "AReaL is not installed in this interpreter (see adapters/areal/README.md: ci/install-areal.sh)"
+            return False, ("AReaL is not installed in this interpreter (a plain pip install fails): in the pgspec "
+                           "checkout, bash ci/install-areal.sh VENV, then VENV/bin/pgspec run --adapter areal "
+                           "(adapters/areal/README.md)")
         try:
             import areal.utils.functional  # noqa: F401  (AReaL's package __init__ pulls ray, transformers, ...)
         except Exception as e:  # noqa: BLE001

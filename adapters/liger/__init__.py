@@ -77,8 +77,9 @@ class LigerAdapter(Adapter):
 
     def available(self) -> tuple[bool, str]:
         if importlib.util.find_spec("liger_kernel") is None:
-            return False, (f"liger-kernel is not installed in this interpreter "
-                           f"(install it with ci/install-liger.sh, or run with --python /tmp/venv-liger/bin/python)")
+            return False, (f"liger-kernel is not installed in this interpreter: in the pgspec checkout, "
+                           f"pip install -c constraints.txt -e \".[liger]\" (liger-kernel=={PINNED}; "
+                           f"adapters/liger/README.md)")
         v = framework_version()
         if v != PINNED:
             return False, f"liger-kernel {v} is installed; this adapter is written for {PINNED}"

@@ -23,7 +23,7 @@ from .head import HEAD_LOSSES
 
 def triton_available() -> tuple[bool, str]:
     if importlib.util.find_spec("triton") is None:
-        return False, "the Triton path needs the triton package (pip install triton==3.9.0)"
+        return False, "the Triton path needs the triton package: in the pgspec checkout, pip install -c constraints.txt triton==3.9.0"
     if os.environ.get("TRITON_INTERPRET") == "1":
         if importlib.util.find_spec("numpy") is None:
             return False, "TRITON_INTERPRET=1 needs numpy"

@@ -434,7 +434,9 @@ class OpenRLHFAdapter(Adapter):
 
     def available(self):
         if framework_version() is None:
-            return False, f"openrlhf is not installed (pip install --no-deps openrlhf=={PINNED}; see adapters/openrlhf/README.md)"
+            return False, (f"openrlhf is not installed in this interpreter (a plain pip install needs flash-attn): "
+                           f"in the pgspec checkout, bash ci/install-openrlhf.sh VENV, then VENV/bin/pgspec run "
+                           f"--adapter openrlhf (openrlhf=={PINNED}; adapters/openrlhf/README.md)")
         try:
             _load()
         except Exception as e:  # noqa: BLE001 - reported as the reason

@@ -536,8 +536,9 @@ class SkyRLAdapter(Adapter):
 
     def available(self):
         if framework_version() is None:
-            return False, (f"skyrl-train is not installed (pip install --no-deps --ignore-requires-python "
-                           f"skyrl-train=={PINNED}; see adapters/skyrl/README.md)")
+            return False, (f"skyrl-train is not installed in this interpreter (a plain pip install fails): in the "
+                           f"pgspec checkout, bash ci/install-skyrl.sh VENV, then VENV/bin/pgspec run --adapter skyrl "
+                           f"(skyrl-train=={PINNED}; adapters/skyrl/README.md)")
         try:
             _ppo()
         except Exception as e:  # noqa: BLE001 - reported as the reason

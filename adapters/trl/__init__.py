@@ -33,7 +33,8 @@ class TRLAdapter(Adapter):
     def available(self) -> tuple[bool, str]:
         v = _framework_version()
         if v is None:
-            return False, f"trl is not installed (pip install trl=={PINNED}; see adapters/trl/README.md)"
+            return False, (f"trl is not installed in this interpreter: in the pgspec checkout, "
+                           f"pip install -c constraints.txt -e \".[trl]\" (trl=={PINNED}; adapters/trl/README.md)")
         try:
             import trl  # noqa: F401
         except Exception as e:  # noqa: BLE001

@@ -32,8 +32,8 @@ class VerlAdapter(Adapter):
     def available(self) -> tuple[bool, str]:
         version = _installed_version()
         if version is None:
-            return False, (f"verl is not installed in this interpreter; install it with "
-                           f"ci/install-verl.sh (verl=={PINNED}, CPU torch)")
+            return False, (f"verl is not installed in this interpreter: in the pgspec checkout, "
+                           f"pip install -c constraints.txt -e \".[verl]\" (verl=={PINNED}; adapters/verl/README.md)")
         try:
             from verl.trainer.ppo import core_algos, rollout_corr_helper  # noqa: F401
             from verl.workers.config import ActorConfig  # noqa: F401

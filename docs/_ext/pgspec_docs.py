@@ -548,6 +548,21 @@ class CommandDirective(SphinxDirective):
         return [nodes.literal_block(text, text, language="text", classes=["pgspec-command-output"])]
 
 
+# The matrix page (docs/conformance/matrix.md, written by conformance/matrix.py) is plain Markdown;
+# its cells are coloured by verdict here, by a class on each cell, leaving its text as written.
+MATRIX_DOCS = ("conformance/matrix",)
+_MATRIX_CELL = re.compile(r"(pass|FAIL|ERROR|STALE|bug|convention|unsupported|not applicable)\b")
+
+
+def _colour_matrix_cells(app, doctree, docname):
+    if docname not in MATRIX_DOCS:
+        return
+    for entry in doctree.findall(nodes.entry):
+        m = _MATRIX_CELL.match(entry.astext().strip())
+        if m:
+            entry["classes"].append("pgspec-cell-" + m.group(1).lower().replace(" ", "-"))
+
+
 def setup(app):
     app.add_config_value("pgspec_verdicts", "conformance/verdicts.json", "env")
     app.add_config_value("pgspec_presets", str(ROOT / "conformance" / "presets"), "env")
@@ -557,4 +572,5 @@ def setup(app):
     app.add_directive("pgspec-example-module", ExampleModuleDirective)
     app.add_directive("pgspec-command", CommandDirective)
     app.connect("build-finished", _build_finished)
+    app.connect("doctree-resolved", _colour_matrix_cells)
     return {"parallel_read_safe": False, "parallel_write_safe": True}

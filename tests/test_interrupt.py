@@ -1,0 +1,72 @@
+"""Ctrl-C stops a long command at once: one line, exit 130, no worker left behind.
+
+A terminal's Ctrl-C sends SIGINT to the whole foreground process group, the pool's workers
+included; here the command runs in its own group and the group gets the signal, as from a
+terminal.  `pgspec golden verify --no-cache` printed about 65 lines of worker tracebacks and went
+on (the pool started new workers for the queue)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPT = str(Path(sys.executable).parent / "pgspec")
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(entry.name))
+    return kids
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+@pytest.mark.parametrize("action", ["verify", "generate"])
+def test_the_first_ctrl_c_stops_golden_at_once_with_one_line(tmp_path, action):
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    env.update(PGSPEC_CACHE=str(tmp_path / "cache"), PGSPEC_JOBS="2")
+    argv = [SCRIPT, "golden", action] + (["--no-cache"] if action == "verify" else [])
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_children(proc.pid)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(_children(proc.pid)) >= 2, "the worker processes did not start"
+        time.sleep(1.0)     # the workers are evaluating cases
+        os.killpg(proc.pid, signal.SIGINT)
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=20)
+        took = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, (proc.returncode, err[-3000:])
+    assert err.strip().splitlines() == [f"pgspec golden: interrupted"], err[-3000:]
+    assert out == ""
+    assert took < 10, f"took {took:.1f} s to stop"
+    deadline = time.monotonic() + 5
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _group_alive(proc.pid), "a worker process outlived the command"
