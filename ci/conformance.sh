@@ -58,6 +58,9 @@ for name in "${adapters[@]}"; do
     # the kernel's loop over the vocabulary (blocks of 4,096) on the logits of a linear head, V = 9000
     TRITON_INTERPRET=1 "$venv/bin/pgspec" check --adapter pgspec.adapters.liger:make_triton_adapter --formula loss.grpo \
       --param beta=0 --vocab 9000 --shape 2x32 --dtype bfloat16,float32 || status=1
+    # the fused float64 log-prob oracle (conformance/check_logprob_fused.py) against the torch oracle, under the
+    # interpreter: triton is not in the [dev] extra, so its tests skip in the main environment and run here
+    "$venv/bin/python" -m pytest tests/test_check_logprob_fused.py -q || status=1
     echo "liger-triton (TRITON_INTERPRET=1) ran in $(( $(date +%s) - start )) s"
   elif [[ "$isolated" == *" $name "* ]]; then
     pgspec run --adapter "$name" --python "$venv/bin/python" "${reports[@]}" || status=1

@@ -1,0 +1,233 @@
+"""The fused float64 log-prob oracle (conformance/check_logprob_fused.py) against the torch oracle
+(check_logprob.oracle_chunks with fused=False), under Triton's interpreter on the CPU.
+
+Triton's interpreter must be chosen (TRITON_INTERPRET=1) before triton is imported, so the kernels run in
+child processes, as tests/test_adapter_liger.py runs triton_grpo_loss.  triton is not in the [dev] extra
+(its wheel is about 1 GB with its CUDA toolchain); where it is not installed these tests are skipped, and CI
+runs them in Liger's environment (ci/install-liger.sh VENV --triton; ci/conformance.sh).
+
+Agreement, per output (both oracles on the same float64 inputs):
+
+- log-probs and the gradient dl/dX: |fused - torch| <= 2 K u64 S, with S the torch oracle's scale (E(l),
+  S(dl/dX)) and K = tolerance.K["logprob"].  The judge (check._Judge) grants the oracle K u64 S: each float64
+  evaluation is within that of the exact value, so two are within twice that of each other.
+- the scales E(l), S(dl/dX) and the path sum P: relative difference <= 2 (V + 16) u64.  Every scale is a sum
+  of nonnegative terms (no cancellation: E of each node, path sums of |derivatives|) and both oracles form each
+  term by the same operations, so they differ by the summation order (a sum of m nonnegative terms is within
+  (m - 1) u of its exact value: m <= V for the sums over the vocabulary) and the last bits of exp and of the
+  few roundings per term (16 u covers them).
+- masked positions: exactly 0 in both.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                  reason="triton is not installed (ci/install-liger.sh VENV --triton)")
+
+
+def _child(code: str, *args: str, timeout=600, **env):
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, "TRITON_INTERPRET": "1", **env})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# name: (B, T, V, H, seed, ragged, params, blocks (BLOCK_M, BLOCK_V)): the configurations of the log-prob and
+# head-loss checks' tests (tests/test_check.py, tests/test_check_head_loss.py), and the edge cases below
+CONFIGS = {
+    # test_head_scales_equal_reference_ad_on_the_composite (its targets[0, 0] = the argmax)
+    "composite-t1-s1": (2, 3, 9, 5, 4, False, {"temperature": 1, "logit_scale": 1}, (16, 16)),
+    "composite-t0.7-s1.5": (2, 3, 9, 5, 4, False, {"temperature": 0.7, "logit_scale": 1.5}, (16, 16)),
+    "composite-t2-s1": (2, 3, 9, 5, 4, False, {"temperature": 2, "logit_scale": 1}, (16, 16)),
+    # test_logprob_check_passes_the_torch_backend_and_catches_a_perturbed_one (5 tiles of 64)
+    "check-3x64-V300-t0.8": (3, 64, 300, 16, 0, True, {"temperature": 0.8}, (32, 64)),
+    "check-3x64-V300": (3, 64, 300, 16, 0, True, {}, (32, 64)),
+    # test_a_head_that_declines...: 2 x 8, V = 10, H = 4
+    "check-2x8-V10-H4": (2, 8, 10, 4, 0, True, {}, (16, 16)),
+    # the head-loss checks: 3 x 40, V = 700, H = 16 (11 tiles of 64, the last of 60); 2 x 8, V = 50
+    "head-loss-3x40-V700": (3, 40, 700, 16, 0, True, {}, (32, 64)),
+    "head-loss-2x8-V50": (2, 8, 50, 16, 0, True, {}, (16, 16)),
+    # the smallest vocabulary; one row block and several, H not a power of two
+    "V2": (2, 5, 2, 3, 1, True, {}, (16, 16)),
+    # edge cases (``_extremes``): the maximum in a later tile, a tie across tiles (the first index is *), a tie in
+    # a tile with y = *, every other e underflowing (S = 0), a tie with the rest below e^-138 (S = 1, the sum node
+    # exact at 60 digits: depth of V - 1 = 16 terms, a power of two)
+    "extremes-t1-s1": (1, 6, 17, 4, 0, False, {"temperature": 1, "logit_scale": 1}, (16, 16)),
+    "extremes-t0.7-s1.5": (1, 6, 17, 4, 0, False, {"temperature": 0.7, "logit_scale": 1.5}, (16, 16)),
+}
+
+EQUAL = r"""
+import json, sys
+import numpy as np, torch
+from pgspec.conformance import check, check_logprob as lp, check_logprob_fused as fused, tolerance
+
+def extremes(T, V, H):
+    rng = np.random.default_rng(0)
+    W = rng.integers(-1, 2, size=(V, H)).astype(np.float32) / 2
+    W[16, 0] = 900.0                                  # row 0: the maximum in the second tile, every other e = 0
+    W[3, 1] = W[16, 1] = 200.0                        # row 1: a tie across tiles (* = 3), the rest below e^-138
+    W[10, 2] = W[12, 2] = 3.0                         # row 2: a tie within a tile, y = * = 10
+    X = np.zeros((1, T, H), np.float32)
+    X[0, 0, 0] = X[0, 1, 1] = X[0, 2, 2] = X[0, 3, 3] = 1
+    X[0, 4, :2] = 1
+    X[0, 5] = [0.5, -0.5, 0.25, 0]
+    y = np.array([[16, 16, 10, 5, 3, 7]])
+    return {"hidden": X, "weight": W, "targets": y, "mask": np.ones((1, T), bool)}
+
+def measure(arrays, params, blocks, stop=None):
+    p = {"temperature": 1, "logit_scale": 1, "softcap": None, **params}
+    (_, l0, E0, g0, S0, P0), = lp.oracle_chunks(arrays, p, paths=True, fused=False)
+    (_, l1, E1, g1, S1, P1), = fused.oracle_chunks(arrays, p, paths=True, block_m=blocks[0], block_v=blocks[1],
+                                                   _vocab_stop=stop)
+    K, u = tolerance.K["logprob"], check.U64
+    def ratio(a, b, s):   # |a - b| / (2 K u64 s); where s = 0, exact equality (inf otherwise)
+        d = (a - b).abs()
+        return float(torch.where(s > 0, d / (2 * K * u * s), torch.where(d == 0, 0.0, float("inf"))).max())
+    def rel(a, b):
+        d = (a - b).abs()
+        return float(torch.where(a != 0, d / a.abs(), torch.where(d == 0, 0.0, float("inf"))).max())
+    m = torch.as_tensor(arrays["mask"]).reshape(-1)
+    masked_zero = all(bool((t[~m] == 0).all()) for t in (l1, E1, g1, S1, P1))
+    return {"logprobs": ratio(l0, l1, E0), "grad": ratio(g0, g1, S0), "E(l)": rel(E0, E1), "S(grad)": rel(S0, S1),
+            "P": rel(P0, P1), "masked_zero": masked_zero, "rows": int(m.sum())}
+
+out = {}
+for name, (B, T, V, H, seed, ragged, params, blocks) in json.loads(sys.argv[1]).items():
+    if name.startswith("extremes"):
+        arrays = extremes(T, V, H)
+    else:
+        arrays = lp.seeded_head(B, T, V, H, seed=seed, ragged=ragged)
+        if name.startswith("composite"):
+            arrays["targets"][0, 0] = int(np.argmax(arrays["hidden"][0, 0] @ arrays["weight"].T))
+    out[name] = measure(arrays, params, blocks)
+    if name == "head-loss-3x40-V700":
+        out["drop-last-tile"] = measure(arrays, params, blocks, stop=V - 60)     # 640: the last tile left out
+        out["drop-all-but-one-tile"] = measure(arrays, params, blocks, stop=64)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return _child(EQUAL, json.dumps(CONFIGS))
+
+
+@needs_triton
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_fused_oracle_equals_the_torch_oracle(measured, name):
+    r = measured[name]
+    V = CONFIGS[name][2]
+    assert r["rows"] > 0 and r["masked_zero"]
+    assert r["logprobs"] <= 1 and r["grad"] <= 1, r
+    tol = 2 * (V + 16) * 2.0 ** -53
+    assert r["E(l)"] <= tol and r["S(grad)"] <= tol and r["P"] <= tol, r
+
+
+@needs_triton
+@pytest.mark.parametrize("name", ["drop-last-tile", "drop-all-but-one-tile"])
+def test_a_fused_oracle_that_drops_vocabulary_tiles_is_caught(measured, name):
+    """The same comparison on a wrong fused oracle (its sweeps end before the last tile, or after the first):
+    the log-probs, the gradient and the scales are all out of agreement."""
+    r = measured[name]
+    assert r["logprobs"] > 1 and r["grad"] > 1, r
+    assert r["E(l)"] > 1e-6 and r["S(grad)"] > 1e-6, r
+
+
+CHECKS = r"""
+import json
+import torch
+from pgspec.adapters.base import Adapter
+from pgspec.conformance import check, check_logprob_fused, runner
+
+calls = []
+rows = check_logprob_fused.oracle_rows
+check_logprob_fused.oracle_rows = lambda *a, **k: calls.append(1) or rows(*a, **k)
+torch_adapter = runner.load_adapter("torch")
+DROP = 64
+
+def log_probs(x, weight, targets, mask, drop):
+    # a kernel's log-probs; drop: its log-sum-exp leaves the last DROP columns of the vocabulary out
+    z = x @ weight.T
+    lse = torch.logsumexp(z[..., : z.shape[-1] - DROP] if drop else z, -1)
+    l = z.gather(-1, targets[..., None])[..., 0] - lse
+    return torch.where(mask, l, torch.zeros_like(l))
+
+def logprob_head(drop):
+    def head(hidden, weight, targets, mask, params):
+        x = hidden.detach().requires_grad_(True)
+        with torch.enable_grad():
+            l = log_probs(x, weight, targets, mask, drop)
+            (g,) = torch.autograd.grad(l.sum(), [x])
+        return {"logprobs": l.detach(), "grad": {"hidden": g}}
+    a = Adapter(f"logprob-head-drop-{drop}", "test", "0", implementations={})
+    a.heads = {"logprob.token": head}
+    return a
+
+def loss_head(drop):
+    def head(hidden, weight, targets, mask, old_logprobs, advantages, params):
+        x = hidden.detach().requires_grad_(True)
+        with torch.enable_grad():
+            l = log_probs(x, weight, targets, mask, drop)
+            loss = torch_adapter.call("loss.grpo", {"logprobs": l, "old_logprobs": old_logprobs,
+                                                    "advantages": advantages, "mask": mask}, params)["loss"]
+            (g,) = torch.autograd.grad(loss, [x])
+        return {"loss": loss.detach(), "grad": {"hidden": g}}
+    a = Adapter(f"loss-head-drop-{drop}", "test", "0", implementations={})
+    a.heads = {"loss.grpo": head}
+    return a
+
+def summary(results):
+    return [[r.dtype, r.path, r.outcome, [[o.output, o.compared, o.failures] for o in r.outputs]] for r in results]
+
+out = {}
+out["backend"] = summary(check.run_checks(torch_adapter, "logprob.token", 3, 64, ["float32", "bfloat16"], vocab=300,
+                                          hidden=16, params={"temperature": 0.8}))
+for drop in (False, True):
+    out[f"logprob-head-drop-{drop}"] = summary(check.run_checks(logprob_head(drop), "logprob.token", 3, 64, ["float32"],
+                                                                vocab=300, hidden=16))
+    out[f"loss-head-drop-{drop}"] = summary(check.run_checks(loss_head(drop), "loss.grpo", 3, 40, ["float32"],
+                                                             vocab=700, hidden=16, params={"beta": 0.0}))
+out["fused_calls"] = len(calls)
+print(json.dumps(out))
+"""
+
+
+@needs_triton
+def test_checks_on_the_fused_oracle_pass_a_correct_kernel_and_fail_one_that_drops_a_tile():
+    """`pgspec check` with PGSPEC_LOGPROB_ORACLE=fused (the oracle CUDA gets): the built-in backend and a
+    correct fused head pass, in logprob.token and in loss.grpo from hidden states; a head whose log-sum-exp
+    leaves the last 64 columns of the vocabulary out fails both."""
+    r = _child(CHECKS, PGSPEC_LOGPROB_ORACLE="fused")
+    assert r["fused_calls"] >= 5
+    assert [row[:3] for row in r["backend"]] == [["float32", "logits", "pass"], ["bfloat16", "logits", "pass"]]
+    assert [row[:3] for row in r["logprob-head-drop-False"]] == [["float32", "head", "pass"]]
+    assert [row[:3] for row in r["loss-head-drop-False"]] == [["float32", "head", "pass"]]
+    (_, _, outcome, outputs), = r["logprob-head-drop-True"]
+    assert outcome == "fail" and outputs[0][0] == "logprobs" and outputs[0][2] > 0 and outputs[1][2] > 0
+    (_, _, outcome, outputs), = r["loss-head-drop-True"]
+    assert outcome == "fail" and outputs[1][0] == "grad.hidden" and outputs[1][2] > 0
+
+
+def test_oracle_choice(monkeypatch):
+    from pgspec.conformance import check_logprob_fused as fused
+
+    monkeypatch.delenv(fused.ENV, raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert not fused.use_fused("cpu")
+    assert fused.use_fused("cuda") == (importlib.util.find_spec("triton") is not None)
+    monkeypatch.setenv(fused.ENV, "torch")
+    assert not fused.use_fused("cuda")
+    monkeypatch.setenv(fused.ENV, "fused")
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1|triton is not installed"):
+        fused.use_fused("cpu")
+    monkeypatch.setenv(fused.ENV, "fast")
+    with pytest.raises(ValueError, match="'fused' or 'torch'"):
+        fused.use_fused("cpu")
