@@ -1,20 +1,26 @@
 """Cost of the float64 log-prob oracle of `pgspec check --formula logprob.token --vocab V`
-(conformance/check_logprob.py), for one chunk of positions, split into its steps.
+(conformance/check_logprob.py) beside the kernel it checks.
 
-    python bench/logprob_oracle_cost.py [--tokens 256] [--vocab 151936] [--repeat 3] [--device cpu]
+    python bench/logprob_oracle_cost.py [--shape 1x256] [--vocab 151936] [--hidden 64] [--repeat 3]
+        [--device cpu] [--oracle torch,fused] [--adapter torch] [--dtype bfloat16] [--steps]
+        [--block-m 32] [--block-v 64]
 
-On seeded head inputs (``check_logprob.seeded_head``, one sequence of ``tokens`` positions, all
-unmasked), best of ``repeat``:
+On seeded head inputs (``check_logprob.seeded_head`` at B x T positions, the ragged mask of the check),
+best of ``repeat`` (the device synchronized):
 
-- the logits z = X W^T in float64 (exact by construction);
-- the built-in torch backend's log-probs and their gradient in float64, through ``compare.call``
-  (the backend's input validation included, as the oracle runs it);
-- the scale pass: the head's forward error E(z) and ``logit_scales`` (E(l) and the two [n, V]
-  gradient-scale tensors);
-- the whole ``oracle_chunks`` step for that chunk (the above plus the [n, H] products).
+- each oracle of ``--oracle`` over all positions, as the check runs it (``oracle_chunks``): ``torch``,
+  the [n, V] float64 passes of check_logprob.py; ``fused``, the Triton kernels of
+  check_logprob_fused.py (on a CPU only under TRITON_INTERPRET=1, and then only small sizes are
+  feasible: the interpreter runs one Python step per tile);
+- the kernel under test: ``--adapter``'s log-prob head (TRL's ``_ChunkedLogProbFunction``, Liger's
+  ``chunk_forward``) or, without a head, its logprob.token on the logits X W^T, forward and gradient,
+  in ``--dtype``; and the ratio of each oracle's time to it (issue 41's goal: fused / kernel <= 1
+  at 256 x 32768, V = 151936, on one H200);
+- with ``--steps``, the torch oracle's steps for one chunk of all the positions: the logits, the
+  backend's value and gradient, the scale pass (E(z), ``logit_scales``), the whole chunk.
 
-The oracle's time at production vocabulary is these passes over [n, V] float64 memory; on a GPU, run
-it there with ``--device cuda`` (bench/gpu_check.sh times the whole check).
+    python bench/logprob_oracle_cost.py --shape 256x32768 --device cuda --adapter trl --oracle fused
+    TRITON_INTERPRET=1 python bench/logprob_oracle_cost.py --shape 2x64 --vocab 2000 --repeat 1
 """
 
 from __future__ import annotations
@@ -28,32 +34,49 @@ import time
 from _args import positive  # bench/_args.py
 
 
+def shape(text: str) -> tuple[int, int]:
+    try:
+        B, T = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape must be BxT, got {text!r}") from None
+    if B < 1 or T < 1:
+        raise argparse.ArgumentTypeError(f"--shape must be BxT with B, T >= 1, got {text!r}")
+    return B, T
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tokens", type=positive, default=256)
+    parser.add_argument("--shape", type=shape, default=None, help="BxT positions (default 1x256)")
+    parser.add_argument("--tokens", type=positive, default=None, help="the same as --shape 1xTOKENS")
     parser.add_argument("--vocab", type=positive, default=151936)
+    parser.add_argument("--hidden", type=positive, default=64)
     parser.add_argument("--repeat", type=positive, default=3)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--oracle", default="torch,fused", help="comma-separated: torch, fused")
+    parser.add_argument("--adapter", default=None, help="the kernel under test (an adapter spec; default: none)")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--steps", action="store_true", help="the torch oracle's steps for one chunk")
+    parser.add_argument("--block-m", type=positive, default=None, help="the fused oracle's positions per program")
+    parser.add_argument("--block-v", type=positive, default=None, help="the fused oracle's vocabulary tile")
     args = parser.parse_args()
+    B, T = args.shape or (1, args.tokens or 256)
+    oracles = [o.strip() for o in args.oracle.split(",") if o.strip()]
+    if set(oracles) - {"torch", "fused"}:
+        parser.error(f"--oracle: torch and/or fused, got {args.oracle!r}")
 
     import torch
 
-    from pgspec.conformance import check_logprob as lp
-    from pgspec.conformance import compare, runner
+    from pgspec.conformance import check, check_logprob as lp, check_logprob_fused as fused, compare, runner
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: no CUDA device is available", file=sys.stderr)
         return 2
+    gpu = f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""
     print(f"machine: {platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads), device {args.device}; {args.tokens} positions, V = {args.vocab}")
-    arrays = lp.seeded_head(1, args.tokens, args.vocab, ragged=False)
-    X = torch.as_tensor(arrays["hidden"], device=args.device).double().reshape(-1, lp.DEFAULT_HIDDEN)
-    W = torch.as_tensor(arrays["weight"], device=args.device).double()
-    y = torch.as_tensor(arrays["targets"], device=args.device).reshape(-1)
-    n = X.shape[0]
-    mask = torch.ones((1, n), dtype=torch.bool, device=args.device)
+          f"({torch.get_num_threads()} threads), device {args.device}{gpu}; {B} x {T} positions, V = {args.vocab}, "
+          f"H = {args.hidden}; TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '')}")
+    arrays = lp.seeded_head(B, T, args.vocab, args.hidden)
     params = {"temperature": 1, "logit_scale": 1, "softcap": None}
-    backend = runner.load_adapter("torch")
 
     def sync():
         if args.device == "cuda":
@@ -69,19 +92,60 @@ def main() -> int:
             times.append(time.perf_counter() - t)
         return min(times)
 
-    with torch.no_grad():
-        z = X @ W.T
-    steps = {
-        "logits X W^T": lambda: X @ W.T,
-        "backend value + gradient": lambda: compare.call(
-            backend, lp.FORMULA, {"logits": z[None].clone().requires_grad_(True), "targets": y[None], "mask": mask},
-            params),
-        "scale pass (E(z), logit_scales)": lambda: lp.logit_scales(z, y, lp.head_forward_error(X, W.abs())),
-        "whole oracle_chunks step": lambda: list(lp.oracle_chunks(arrays, params, args.device, chunk_tokens=n)),
-    }
-    for name, work in steps.items():
-        s = best(work)
-        print(f"{name:34s} {s:7.3f} s  ({1000 * s / n:.2f} ms per position)")
+    def line(name, s, per):
+        print(f"{name:44s} {s:9.3f} s  ({1e6 * s / per:.2f} us per position)")
+
+    n_pos = int(arrays["mask"].sum())
+    print(f"{n_pos} unmasked positions of {B * T}")
+    times = {}
+    for o in oracles:
+        if o == "fused":
+            ok, why = fused.available(args.device)
+            if not ok:
+                print(f"{'oracle fused':44s} unavailable: {why}")
+                continue
+            kw = {k: v for k, v in (("block_m", args.block_m), ("block_v", args.block_v)) if v is not None}
+            work = lambda kw=kw: list(fused.oracle_chunks(arrays, params, args.device, **kw))   # noqa: E731
+        else:
+            work = lambda: list(lp.oracle_chunks(arrays, params, args.device, fused=False))   # noqa: E731
+        times[o] = best(work)
+        line(f"oracle {o}", times[o], n_pos)
+    if args.adapter:
+        adapter = runner.load_adapter(args.adapter)
+        ok, why = adapter.available() if hasattr(adapter, "available") else (True, "")
+        if not ok:
+            print(f"--adapter {args.adapter}: not available: {why}", file=sys.stderr)
+            return 2
+        head = getattr(adapter, "heads", {}).get(lp.FORMULA)
+        y = torch.as_tensor(arrays["targets"], device=args.device)
+        m = torch.as_tensor(arrays["mask"], device=args.device)
+        work = check._logprob_work(adapter, head, arrays, y, m, params, args.dtype, args.device)
+        k = best(work)
+        line(f"kernel {adapter.name} ({'head' if head else 'logits'}, {args.dtype})", k, n_pos)
+        for o, s in times.items():
+            print(f"{'oracle ' + o + ' / kernel':44s} {s / k:9.2f}")
+    if args.steps:
+        X = torch.as_tensor(arrays["hidden"], device=args.device).double().reshape(-1, args.hidden)
+        W = torch.as_tensor(arrays["weight"], device=args.device).double()
+        y = torch.as_tensor(arrays["targets"], device=args.device).reshape(-1)
+        n = X.shape[0]
+        mask = torch.ones((1, n), dtype=torch.bool, device=args.device)
+        backend = runner.load_adapter("torch")
+        with torch.no_grad():
+            z = X @ W.T
+        one = dict(arrays, mask=arrays["mask"] | True)
+        steps = {
+            "torch step: logits X W^T": lambda: X @ W.T,
+            "torch step: backend value + gradient": lambda: compare.call(
+                backend, lp.FORMULA, {"logits": z[None].clone().requires_grad_(True), "targets": y[None],
+                                      "mask": mask}, params),
+            "torch step: scale pass (E(z), logit_scales)": lambda: lp.logit_scales(
+                z, y, lp.head_forward_error(X, W.abs())),
+            "torch step: whole chunk": lambda: list(lp.oracle_chunks(one, params, args.device, chunk_tokens=n,
+                                                                     fused=False)),
+        }
+        for name, work in steps.items():
+            line(name, best(work), n)
     return 0
 
 
