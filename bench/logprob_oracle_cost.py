@@ -16,6 +16,10 @@ best of ``repeat`` (the device synchronized):
   ``chunk_forward``) or, without a head, its logprob.token on the logits X W^T, forward and gradient,
   in ``--dtype``; and the ratio of each oracle's time to it (issue 41's goal: fused / kernel <= 1
   at 256 x 32768, V = 151936, on one H200);
+- with ``--compare``, the agreement of the fused oracle with the torch one on these positions
+  (``check_logprob_fused.agreement``: values within 2 K u64 S, scales within 2 (V + 16) u64 relative, as
+  tests/test_check_logprob_fused.py requires under the interpreter), exit status 1 if they disagree: the
+  compiled kernels on the GPU, which the CPU tests cannot reach;
 - with ``--steps``, the torch oracle's steps for one chunk of all the positions: the logits, the
   backend's value and gradient, the scale pass (E(z), ``logit_scales``), the whole chunk.
 
@@ -56,6 +60,8 @@ def main() -> int:
     parser.add_argument("--adapter", default=None, help="the kernel under test (an adapter spec; default: none)")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--steps", action="store_true", help="the torch oracle's steps for one chunk")
+    parser.add_argument("--compare", action="store_true",
+                        help="also compare the fused oracle's outputs with the torch one's (exit 1 if they disagree)")
     parser.add_argument("--block-m", type=positive, default=None, help="the fused oracle's positions per program")
     parser.add_argument("--block-v", type=positive, default=None, help="the fused oracle's vocabulary tile")
     args = parser.parse_args()
@@ -124,6 +130,18 @@ def main() -> int:
         line(f"kernel {adapter.name} ({'head' if head else 'logits'}, {args.dtype})", k, n_pos)
         for o, s in times.items():
             print(f"{'oracle ' + o + ' / kernel':44s} {s / k:9.2f}")
+    status = 0
+    if args.compare:
+        ok, why = fused.available(args.device)
+        if not ok:
+            print(f"--compare: the fused oracle is unavailable: {why}", file=sys.stderr)
+            return 2
+        kw = {k: v for k, v in (("block_m", args.block_m), ("block_v", args.block_v)) if v is not None}
+        a = fused.agreement(arrays, params, args.device, **kw)
+        print(f"fused vs torch oracle: |difference| / (2 K u64 S): logprobs {a['logprobs']:.3g}, grad {a['grad']:.3g} "
+              f"(<= 1); scales' relative difference: E(l) {a['E(l)']:.3g}, S(grad) {a['S(grad)']:.3g}, "
+              f"P {a['P']:.3g} (<= {a['scale_tol']:.3g}): {'agree' if a['ok'] else 'DISAGREE'}")
+        status = 0 if a["ok"] else 1
     if args.steps:
         X = torch.as_tensor(arrays["hidden"], device=args.device).double().reshape(-1, args.hidden)
         W = torch.as_tensor(arrays["weight"], device=args.device).double()
@@ -146,7 +164,7 @@ def main() -> int:
         }
         for name, work in steps.items():
             line(name, best(work), n)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -111,6 +111,9 @@ for name, (B, T, V, H, seed, ragged, params, blocks) in json.loads(sys.argv[1]).
     if name == "head-loss-3x40-V700":
         out["drop-last-tile"] = measure(arrays, params, blocks, stop=V - 60)     # 640: the last tile left out
         out["drop-all-but-one-tile"] = measure(arrays, params, blocks, stop=64)
+        # bench/logprob_oracle_cost.py --compare (the check the GPU runs on its compiled kernels)
+        out["agreement"] = [fused.agreement(arrays, params, block_m=32, block_v=64)["ok"],
+                            fused.agreement(arrays, params, block_m=32, block_v=64, _vocab_stop=V - 60)["ok"]]
 print(json.dumps(out))
 """
 
@@ -139,6 +142,11 @@ def test_a_fused_oracle_that_drops_vocabulary_tiles_is_caught(measured, name):
     r = measured[name]
     assert r["logprobs"] > 1 and r["grad"] > 1, r
     assert r["E(l)"] > 1e-6 and r["S(grad)"] > 1e-6, r
+
+
+@needs_triton
+def test_agreement_of_the_bench_script_passes_the_fused_oracle_and_fails_a_wrong_one(measured):
+    assert measured["agreement"] == [True, False]
 
 
 CHECKS = r"""
