@@ -3,7 +3,7 @@
 
     python bench/logprob_oracle_cost.py [--shape 1x256] [--vocab 151936] [--hidden 64] [--repeat 3]
         [--device cpu] [--oracle torch,fused] [--adapter torch] [--dtype bfloat16] [--steps]
-        [--block-m 32] [--block-v 64]
+        [--block-m 32] [--block-v 64] [--num-warps N] [--float64-products] [--compare]
 
 On seeded head inputs (``check_logprob.seeded_head`` at B x T positions, the ragged mask of the check),
 best of ``repeat`` (the device synchronized):
@@ -64,6 +64,9 @@ def main() -> int:
                         help="also compare the fused oracle's outputs with the torch one's (exit 1 if they disagree)")
     parser.add_argument("--block-m", type=positive, default=None, help="the fused oracle's positions per program")
     parser.add_argument("--block-v", type=positive, default=None, help="the fused oracle's vocabulary tile")
+    parser.add_argument("--num-warps", type=positive, default=None, help="the fused oracle's warps per program")
+    parser.add_argument("--float64-products", action="store_true",
+                        help="the fused oracle's logits as float64 products (default: float16 ones where exact)")
     args = parser.parse_args()
     B, T = args.shape or (1, args.tokens or 256)
     oracles = [o.strip() for o in args.oracle.split(",") if o.strip()]
@@ -101,6 +104,8 @@ def main() -> int:
     def line(name, s, per):
         print(f"{name:44s} {s:9.3f} s  ({1e6 * s / per:.2f} us per position)")
 
+    fused_kw = {k: v for k, v in (("block_m", args.block_m), ("block_v", args.block_v), ("num_warps", args.num_warps),
+                                  ("low", False if args.float64_products else None)) if v is not None}
     n_pos = int(arrays["mask"].sum())
     print(f"{n_pos} unmasked positions of {B * T}")
     times = {}
@@ -110,8 +115,7 @@ def main() -> int:
             if not ok:
                 print(f"{'oracle fused':44s} unavailable: {why}")
                 continue
-            kw = {k: v for k, v in (("block_m", args.block_m), ("block_v", args.block_v)) if v is not None}
-            work = lambda kw=kw: list(fused.oracle_chunks(arrays, params, args.device, **kw))   # noqa: E731
+            work = lambda kw=fused_kw: list(fused.oracle_chunks(arrays, params, args.device, **kw))   # noqa: E731
         else:
             work = lambda: list(lp.oracle_chunks(arrays, params, args.device, fused=False))   # noqa: E731
         times[o] = best(work)
@@ -136,8 +140,7 @@ def main() -> int:
         if not ok:
             print(f"--compare: the fused oracle is unavailable: {why}", file=sys.stderr)
             return 2
-        kw = {k: v for k, v in (("block_m", args.block_m), ("block_v", args.block_v)) if v is not None}
-        a = fused.agreement(arrays, params, args.device, **kw)
+        a = fused.agreement(arrays, params, args.device, **fused_kw)
         print(f"fused vs torch oracle: |difference| / (2 K u64 S): logprobs {a['logprobs']:.3g}, grad {a['grad']:.3g} "
               f"(<= 1); scales' relative difference: E(l) {a['E(l)']:.3g}, S(grad) {a['S(grad)']:.3g}, "
               f"P {a['P']:.3g} (<= {a['scale_tol']:.3g}): {'agree' if a['ok'] else 'DISAGREE'}")

@@ -18,9 +18,13 @@ recomputing each tile's logits from X and W (``tl.dot`` in float64) in three swe
    at once into G W, A_z |W| and C_z |W| [n, H].
 
 The per-row quantities in between (E(z'_*), z'_y and E(z'_y) from X and the rows W_* and W_y, E(l), the
-depth of the sum node) are [n] torch operations.  Memory: X, W and [n, H] outputs only.  The dot
-products are float64 (exact on the seeded head: every logit is a sum of multiples of 2^-5, see
-check_logprob.py); the work is 8 [n, V, H] products (1 + 2 + 5 per sweep) and a few exps per logit.
+depth of the sum node) are [n] torch operations.  Memory: X, W and [n, H] outputs only.  The work is 8
+[n, V, H] products (1 + 2 + 5 per sweep) and a few exps per logit.  The three products of the gradient
+and its scales (G W, A_z |W|, C_z |W|) are float64 products.  The logits' products z = X W^T and
+|X| |W|^T are float16 products accumulated in float32 where that is exact (``exact_logits``: the seeded
+head's X = i / 16, W = j / 2, every partial sum a multiple of 2^-5 far below 2^24; the torch oracle's
+float64 logits are exact for the same reason), else float64 products: so on the seeded head 5 of the 8
+products run on the tensor cores' float16 rate, 3 at the float64 rate.
 
 It is the oracle on CUDA when triton is importable (``use_fused``); the torch oracle stays the CPU
 path and what this one is tested against: ``tests/test_check_logprob_fused.py`` runs both on every
@@ -81,17 +85,40 @@ def _kernels():
     return k.stats_kernel, k.sums_kernel, k.grad_kernel
 
 
+def exact_logits(X, W) -> bool:
+    """Whether the products X W^T and |X| |W|^T are exact as float16 products accumulated in float32, in any
+    order: X = i / 16 and W = j / 2 with integers |i|, |j| <= 256 (exact in float16), and H max|i| max|j| <
+    2^22, so that every partial sum is an integer multiple of 2^-5 below 2^17 in magnitude, held exactly by
+    float32 (with margin for a tensor core's truncated alignment).  The seeded head (check_logprob.seeded_head:
+    |i| <= 16, |j| <= 1, H = 64 by default) is; then the logits' products need not be float64 products."""
+    import torch
+
+    H = X.shape[-1]
+    i, j = X * 16, W * 2
+    if not (torch.equal(i, i.round()) and torch.equal(j, j.round())):
+        return False
+    mi = float(i.abs().max()) if i.numel() else 0.0
+    mj = float(j.abs().max()) if j.numel() else 0.0
+    return mi <= 256 and mj <= 256 and H * mi * mj < 2 ** 22
+
+
 def oracle_rows(X, W, y, temperature=1.0, logit_scale=1.0, *, block_m: int = BLOCK_M, block_v: int = BLOCK_V,
-                _vocab_stop: int | None = None):
+                num_warps: int | None = None, low: bool | None = None, _vocab_stop: int | None = None):
     """(log-probs [n], E(l) [n], dl/dX [n, H], S(dl/dX) [n, H], P [n, H]) of ``logprob.token`` on the
     logits X W^T (float64 X [n, H], W [V, H] on one device; y [n] int64), as ``check_logprob.oracle_chunks``
-    computes them for unmasked positions (P: the path sum A_z |W| of its ``paths``).  ``_vocab_stop``
-    (tests only) ends every sweep at that column: a wrong kernel that drops the last tiles."""
+    computes them for unmasked positions (P: the path sum A_z |W| of its ``paths``).  ``low``: the logits'
+    two products (z and E(z)) as float16 products accumulated in float32 (None: where ``exact_logits``
+    says they are exact; the three products of the gradient and its scales are float64 products always).
+    ``block_m``, ``block_v``, ``num_warps``: the kernels' tiles and warps (None: Triton's default).
+    ``_vocab_stop`` (tests only) ends every sweep at that column: a wrong kernel that drops the last tiles."""
     import torch
 
     stats_kernel, sums_kernel, grad_kernel = _kernels()
     X = X.double().contiguous()
     W = W.double().contiguous()
+    if low is None:
+        low = exact_logits(X, W)
+    Wk = W.to(torch.float16).contiguous() if low else W       # the W the kernels load (exact in float16 if low)
     y = y.to(torch.int64).contiguous()
     n, H = X.shape
     V = W.shape[0]
@@ -102,12 +129,13 @@ def oracle_rows(X, W, y, temperature=1.0, logit_scale=1.0, *, block_m: int = BLO
     HP = max(16, 1 << (H - 1).bit_length())
     stop = V if _vocab_stop is None else int(_vocab_stop)
     grid = (max(1, -(-n // block_m)),)
-    meta = dict(H=H, HP=HP, BM=block_m, BV=block_v)
+    meta = dict(H=H, HP=HP, BM=block_m, BV=block_v, LOW=bool(low), **({} if num_warps is None else
+                                                                      {"num_warps": num_warps}))
     f64 = dict(dtype=torch.float64, device=dev)
     m1, m2 = torch.empty(n, **f64), torch.empty(n, **f64)
     star = torch.empty(n, dtype=torch.int64, device=dev)
     if n:
-        stats_kernel[grid](X, W, P, m1, m2, star, n, V, stop, **meta)
+        stats_kernel[grid](X, Wk, P, m1, m2, star, n, V, stop, **meta)
 
     # per row, from X and the rows W_*, W_y: z'_*, E(z'_*), z'_y, E(z'_y) (logit_scales' elementwise steps)
     def transformed(rows_w):
@@ -122,7 +150,7 @@ def oracle_rows(X, W, y, temperature=1.0, logit_scale=1.0, *, block_m: int = BLO
     zy, Ezy = transformed(W[y])
     S, SEe = torch.empty(n, **f64), torch.empty(n, **f64)
     if n:
-        sums_kernel[grid](X, W, P, zs, Ezs, star, S, SEe, n, V, stop, **meta)
+        sums_kernel[grid](X, Wk, P, zs, Ezs, star, S, SEe, n, V, stop, **meta)
     y_star = y == star
     dy = torch.where(y_star, torch.zeros_like(zy), zy - zs)
     Ed_y = (dy.abs() + Ezy) + Ezs
@@ -143,7 +171,7 @@ def oracle_rows(X, W, y, temperature=1.0, logit_scale=1.0, *, block_m: int = BLO
     row = torch.stack([zs, Ezs, a_s, c_s, A_star, C_star, (~y_star).to(torch.float64)], 1).contiguous()
     gX, PA, PC = torch.zeros((n, H), **f64), torch.zeros((n, H), **f64), torch.zeros((n, H), **f64)
     if n:
-        grad_kernel[grid](X, W, P, row, star, y, gX, PA, PC, n, V, stop, **meta)
+        grad_kernel[grid](X, Wk, P, row, star, y, gX, PA, PC, n, V, stop, **meta)
     rel_h = torch.where(X != 0, 2.0, 1.0).to(torch.float64)
     SX = PA * (1 + rel_h) + PC
     return lval, El, gX, SX, PA

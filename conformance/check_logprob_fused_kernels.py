@@ -8,11 +8,22 @@ import triton.language as tl
 
 
 @triton.jit
-def _logits(x, xa, W, cols, hs, H, V, P, WITH_E: tl.constexpr):
-    """(z', E(z'), a, E(a), W tile^T, |W tile|^T) of one tile: a = z s, z' = a / tau, as logit_scales."""
+def _prod(a, b, LOW: tl.constexpr):
+    """a @ b in float64: a float64 product, or (LOW) a float16 one accumulated in float32, exact on inputs
+    that check_logprob_fused.exact_logits admits."""
+    if LOW:
+        return tl.dot(a, b, out_dtype=tl.float32).to(tl.float64)
+    else:
+        return tl.dot(a, b, out_dtype=tl.float64)
+
+
+@triton.jit
+def _logits(x, xa, W, cols, hs, H, V, P, WITH_E: tl.constexpr, LOW: tl.constexpr):
+    """(z', E(z'), a, E(a), W tile^T, |W tile|^T) of one tile: a = z s, z' = a / tau, as logit_scales (the
+    W tiles in float64)."""
     cmask = cols < V
     wt = tl.load(W + cols[None, :] * H + hs[:, None], mask=cmask[None, :] & (hs[:, None] < H), other=0.0)
-    z = tl.dot(x, wt, out_dtype=tl.float64)
+    z = _prod(x, wt, LOW)
     s = tl.load(P)
     tau = tl.load(P + 1)
     a = z * s
@@ -21,26 +32,37 @@ def _logits(x, xa, W, cols, hs, H, V, P, WITH_E: tl.constexpr):
         abs_s = tl.load(P + 2)
         dH = tl.load(P + 3)
         wa = tl.abs(wt)
-        Ez = dH * tl.dot(xa, wa, out_dtype=tl.float64)
+        Ez = dH * _prod(xa, wa, LOW)
         Ea = tl.abs(a) + abs_s * Ez
         Ezp = tl.abs(zp) + Ea / tau
-        return zp, Ezp, a, Ea, wt, wa
+        return zp, Ezp, a, Ea, wt.to(tl.float64), wa.to(tl.float64)
     return zp, zp, a, a, wt, wt
+
+
+@triton.jit
+def _rows_of_x(X, rows, rmask, hs, H, LOW: tl.constexpr):
+    """(X rows, |X rows|) for the logits' products: float64, or (LOW) float16 (exact)."""
+    x = tl.load(X + rows[:, None] * H + hs[None, :], mask=rmask[:, None] & (hs[None, :] < H), other=0.0)
+    if LOW:
+        return x.to(tl.float16), tl.abs(x).to(tl.float16)
+    else:
+        return x, tl.abs(x)
+
 
 @triton.jit
 def stats_kernel(X, W, P, M1, M2, ARG, n, V, VSTOP, H: tl.constexpr, HP: tl.constexpr, BM: tl.constexpr,
-                 BV: tl.constexpr):
+                 BV: tl.constexpr, LOW: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < n
     hs = tl.arange(0, HP)
-    x = tl.load(X + rows[:, None] * H + hs[None, :], mask=rmask[:, None] & (hs[None, :] < H), other=0.0)
+    x, _ = _rows_of_x(X, rows, rmask, hs, H, LOW)
     ninf = float("-inf")
     m1 = tl.full([BM], ninf, tl.float64)
     m2 = tl.full([BM], ninf, tl.float64)
     arg = tl.zeros([BM], tl.int64)
     for v0 in range(0, VSTOP, BV):
         cols = v0 + tl.arange(0, BV)
-        zp, _, _, _, _, _ = _logits(x, x, W, cols, hs, H, V, P, False)
+        zp, _, _, _, _, _ = _logits(x, x, W, cols, hs, H, V, P, False, LOW)
         zp = tl.where((cols < V)[None, :], zp, ninf)
         tmax = tl.max(zp, axis=1)
         targ = tl.argmax(zp, axis=1, tie_break_left=True)
@@ -55,12 +77,11 @@ def stats_kernel(X, W, P, M1, M2, ARG, n, V, VSTOP, H: tl.constexpr, HP: tl.cons
 
 @triton.jit
 def sums_kernel(X, W, P, ZS, EZS, STAR, S_OUT, SEE_OUT, n, V, VSTOP, H: tl.constexpr, HP: tl.constexpr,
-                BM: tl.constexpr, BV: tl.constexpr):
+                BM: tl.constexpr, BV: tl.constexpr, LOW: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < n
     hs = tl.arange(0, HP)
-    x = tl.load(X + rows[:, None] * H + hs[None, :], mask=rmask[:, None] & (hs[None, :] < H), other=0.0)
-    xa = tl.abs(x)
+    x, xa = _rows_of_x(X, rows, rmask, hs, H, LOW)
     zs = tl.load(ZS + rows, mask=rmask, other=0.0)
     Ezs = tl.load(EZS + rows, mask=rmask, other=0.0)
     star = tl.load(STAR + rows, mask=rmask, other=0)
@@ -68,7 +89,7 @@ def sums_kernel(X, W, P, ZS, EZS, STAR, S_OUT, SEE_OUT, n, V, VSTOP, H: tl.const
     SEe = tl.zeros([BM], tl.float64)
     for v0 in range(0, VSTOP, BV):
         cols = v0 + tl.arange(0, BV)
-        zp, Ezp, _, _, _, _ = _logits(x, xa, W, cols, hs, H, V, P, True)
+        zp, Ezp, _, _, _, _ = _logits(x, xa, W, cols, hs, H, V, P, True, LOW)
         d = zp - zs[:, None]
         Ed = (tl.abs(d) + Ezp) + Ezs[:, None]
         keep = (cols < V)[None, :] & (cols[None, :] != star[:, None])
@@ -81,13 +102,12 @@ def sums_kernel(X, W, P, ZS, EZS, STAR, S_OUT, SEE_OUT, n, V, VSTOP, H: tl.const
 
 @triton.jit
 def grad_kernel(X, W, P, ROW, STAR, Y, GX, PA, PC, n, V, VSTOP, H: tl.constexpr, HP: tl.constexpr,
-                BM: tl.constexpr, BV: tl.constexpr):
+                BM: tl.constexpr, BV: tl.constexpr, LOW: tl.constexpr):
     # ROW [n, 7]: z'_*, E(z'_*), 1/(1+S), 2/(1+S), A_*, C_*, [y != *]
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < n
     hs = tl.arange(0, HP)
-    x = tl.load(X + rows[:, None] * H + hs[None, :], mask=rmask[:, None] & (hs[None, :] < H), other=0.0)
-    xa = tl.abs(x)
+    x, xa = _rows_of_x(X, rows, rmask, hs, H, LOW)
     zs = tl.load(ROW + rows * 7, mask=rmask, other=0.0)[:, None]
     Ezs = tl.load(ROW + rows * 7 + 1, mask=rmask, other=0.0)[:, None]
     a_s = tl.load(ROW + rows * 7 + 2, mask=rmask, other=0.0)[:, None]
@@ -105,7 +125,7 @@ def grad_kernel(X, W, P, ROW, STAR, Y, GX, PA, PC, n, V, VSTOP, H: tl.constexpr,
     pc = tl.zeros([BM, HP], tl.float64)
     for v0 in range(0, VSTOP, BV):
         cols = v0 + tl.arange(0, BV)
-        zp, Ezp, a, Ea, wt, wa = _logits(x, xa, W, cols, hs, H, V, P, True)
+        zp, Ezp, a, Ea, wt, wa = _logits(x, xa, W, cols, hs, H, V, P, True, LOW)
         valid = (cols < V)[None, :]
         is_star = cols[None, :] == star
         is_y = cols[None, :] == y

@@ -82,11 +82,11 @@ def extremes(T, V, H):
     y = np.array([[16, 16, 10, 5, 3, 7]])
     return {"hidden": X, "weight": W, "targets": y, "mask": np.ones((1, T), bool)}
 
-def measure(arrays, params, blocks, stop=None):
+def measure(arrays, params, blocks, stop=None, low=None):
     p = {"temperature": 1, "logit_scale": 1, "softcap": None, **params}
     (_, l0, E0, g0, S0, P0), = lp.oracle_chunks(arrays, p, paths=True, fused=False)
     (_, l1, E1, g1, S1, P1), = fused.oracle_chunks(arrays, p, paths=True, block_m=blocks[0], block_v=blocks[1],
-                                                   _vocab_stop=stop)
+                                                   low=low, _vocab_stop=stop)
     K, u = tolerance.K["logprob"], check.U64
     def ratio(a, b, s):   # |a - b| / (2 K u64 s); where s = 0, exact equality (inf otherwise)
         d = (a - b).abs()
@@ -96,8 +96,9 @@ def measure(arrays, params, blocks, stop=None):
         return float(torch.where(a != 0, d / a.abs(), torch.where(d == 0, 0.0, float("inf"))).max())
     m = torch.as_tensor(arrays["mask"]).reshape(-1)
     masked_zero = all(bool((t[~m] == 0).all()) for t in (l1, E1, g1, S1, P1))
+    exact = fused.exact_logits(torch.as_tensor(arrays["hidden"]).double(), torch.as_tensor(arrays["weight"]).double())
     return {"logprobs": ratio(l0, l1, E0), "grad": ratio(g0, g1, S0), "E(l)": rel(E0, E1), "S(grad)": rel(S0, S1),
-            "P": rel(P0, P1), "masked_zero": masked_zero, "rows": int(m.sum())}
+            "P": rel(P0, P1), "masked_zero": masked_zero, "rows": int(m.sum()), "exact_logits": exact}
 
 out = {}
 for name, (B, T, V, H, seed, ragged, params, blocks) in json.loads(sys.argv[1]).items():
@@ -108,6 +109,8 @@ for name, (B, T, V, H, seed, ragged, params, blocks) in json.loads(sys.argv[1]).
         if name.startswith("composite"):
             arrays["targets"][0, 0] = int(np.argmax(arrays["hidden"][0, 0] @ arrays["weight"].T))
     out[name] = measure(arrays, params, blocks)
+    # the logits' products in float64 where the float16 ones would be exact (and are taken by default)
+    out[name + "/float64-products"] = measure(arrays, params, blocks, low=False)
     if name == "head-loss-3x40-V700":
         out["drop-last-tile"] = measure(arrays, params, blocks, stop=V - 60)     # 640: the last tile left out
         out["drop-all-but-one-tile"] = measure(arrays, params, blocks, stop=64)
@@ -124,10 +127,12 @@ def measured():
 
 
 @needs_triton
-@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("name", [n + p for n in CONFIGS for p in ("", "/float64-products")])
 def test_fused_oracle_equals_the_torch_oracle(measured, name):
     r = measured[name]
-    V = CONFIGS[name][2]
+    V = CONFIGS[name.split("/")[0]][2]
+    # the seeded heads take the float16 products of the logits (exact), the extremes (W = 900) the float64 ones
+    assert r["exact_logits"] == (not name.startswith("extremes")), r
     assert r["rows"] > 0 and r["masked_zero"]
     assert r["logprobs"] <= 1 and r["grad"] <= 1, r
     tol = 2 * (V + 16) * 2.0 ** -53
@@ -239,3 +244,19 @@ def test_oracle_choice(monkeypatch):
     monkeypatch.setenv(fused.ENV, "fast")
     with pytest.raises(ValueError, match="'fused' or 'torch'"):
         fused.use_fused("cpu")
+
+
+def test_exact_logits_admits_the_seeded_head_only_where_float16_products_are_exact():
+    import torch
+
+    from pgspec.conformance import check_logprob, check_logprob_fused as fused
+
+    a = check_logprob.seeded_head(2, 8, 50, 64)
+    X, W = torch.as_tensor(a["hidden"]).double(), torch.as_tensor(a["weight"]).double()
+    assert fused.exact_logits(X, W)
+    assert not fused.exact_logits(X, W * 0.3)                     # not j / 2
+    assert not fused.exact_logits(X / 3, W)                       # not i / 16
+    assert not fused.exact_logits(X * 32, W)                      # |i| = 512 > 256: not exact in float16
+    wide = torch.full((1, 2 ** 15), 1.0, dtype=torch.float64)     # H max|i| max|j| = 2^15 * 16 * 1 = 2^19: exact
+    assert fused.exact_logits(wide, torch.full((3, 2 ** 15), 0.5, dtype=torch.float64))
+    assert not fused.exact_logits(wide * 16, torch.full((3, 2 ** 15), 0.5, dtype=torch.float64))   # 2^23 >= 2^22
