@@ -162,6 +162,8 @@ def oracle_rows(X, W, y, temperature=1.0, logit_scale=1.0, *, block_m: int = BLO
     ES = depth * S + SEe
     tail = torch.log1p(S)
     Etail = tail + 1 + ES / (1 + S)
+    if V == 1:      # no "sum" node: l = d_y - log1p(0), a constant, subtracted exactly (logit_scales)
+        Etail = torch.zeros_like(Etail)
     lval = dy - tail
     El = lval.abs() + Edy + Etail
     a_s = 1 / (1 + S)

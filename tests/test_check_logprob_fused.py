@@ -64,6 +64,18 @@ CONFIGS = {
     "extremes-t0.7-s1.5": (1, 6, 17, 4, 0, False, {"temperature": 0.7, "logit_scale": 1.5}, (16, 16)),
 }
 
+def _corpus_cases():
+    """logprob.token's corpus cases that test_logit_scales_equal_the_references_on_the_corpus uses (no softcap,
+    some unmasked position), fed as a head: X = the logits [B, T, V], W = the identity [V, V], so that X W^T is
+    the logits exactly (products with 0 and 1, sums with zeros)."""
+    from pgspec.conformance import golden
+
+    return [c["id"] for c in golden.load_all() if c["formula"] == "logprob.token" and "error" not in c["category"]
+            and c["params"].get("softcap") is None and any(any(r) for r in golden.case_inputs(c)["mask"])]
+
+
+CORPUS = _corpus_cases()
+
 EQUAL = r"""
 import json, sys
 import numpy as np, torch
@@ -100,7 +112,19 @@ def measure(arrays, params, blocks, stop=None, low=None):
     return {"logprobs": ratio(l0, l1, E0), "grad": ratio(g0, g1, S0), "E(l)": rel(E0, E1), "S(grad)": rel(S0, S1),
             "P": rel(P0, P1), "masked_zero": masked_zero, "rows": int(m.sum()), "exact_logits": exact}
 
+from pgspec.conformance import golden
+
 out = {}
+cases = {c["id"]: c for c in golden.load_all()}
+for cid in json.loads(sys.argv[2]):
+    c = cases[cid]
+    i = golden.case_inputs(c)
+    L = np.asarray(i["logits"], dtype=np.float64)
+    mask = np.asarray(i["mask"], dtype=bool)
+    arrays = {"hidden": np.where(mask[..., None], L, 0.0), "weight": np.eye(L.shape[-1]),
+              "targets": np.where(mask, np.asarray(i["targets"]), 0).astype(np.int64), "mask": mask}
+    params = {k: float(v) for k, v in c["params"].items() if k in ("temperature", "logit_scale")}
+    out["corpus:" + cid] = measure(arrays, params, (16, 16))
 for name, (B, T, V, H, seed, ragged, params, blocks) in json.loads(sys.argv[1]).items():
     if name.startswith("extremes"):
         arrays = extremes(T, V, H)
@@ -123,7 +147,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def measured():
-    return _child(EQUAL, json.dumps(CONFIGS))
+    return _child(EQUAL, json.dumps(CONFIGS), json.dumps(CORPUS))
 
 
 @needs_triton
@@ -133,6 +157,22 @@ def test_fused_oracle_equals_the_torch_oracle(measured, name):
     V = CONFIGS[name.split("/")[0]][2]
     # the seeded heads take the float16 products of the logits (exact), the extremes (W = 900) the float64 ones
     assert r["exact_logits"] == (not name.startswith("extremes")), r
+    assert r["rows"] > 0 and r["masked_zero"]
+    assert r["logprobs"] <= 1 and r["grad"] <= 1, r
+    tol = 2 * (V + 16) * 2.0 ** -53
+    assert r["E(l)"] <= tol and r["S(grad)"] <= tol and r["P"] <= tol, r
+
+
+@needs_triton
+@pytest.mark.parametrize("cid", CORPUS)
+def test_fused_oracle_equals_the_torch_oracle_on_the_corpus(measured, cid):
+    """The corpus's logprob.token cases (ties at the maximum, gaps of 20 and 200, extreme logits, a vocabulary of
+    one and of 1024, temperatures from 1e-3 to 1000, a logit scale) through the identity head."""
+    r = measured["corpus:" + cid]
+    from pgspec.conformance import golden
+
+    c = next(c for c in golden.load_all() if c["id"] == cid)
+    V = len(golden.case_inputs(c)["logits"][0][0])
     assert r["rows"] > 0 and r["masked_zero"]
     assert r["logprobs"] <= 1 and r["grad"] <= 1, r
     tol = 2 * (V + 16) * 2.0 ** -53
