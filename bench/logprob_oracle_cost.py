@@ -3,7 +3,7 @@
 
     python bench/logprob_oracle_cost.py [--shape 1x256] [--vocab 151936] [--hidden 64] [--repeat 3]
         [--device cpu] [--oracle torch,fused] [--adapter torch] [--dtype bfloat16] [--steps]
-        [--block-m 32] [--block-v 64] [--num-warps N] [--float64-products] [--compare]
+        [--block-m 32] [--block-v 64] [--num-warps N] [--split] [--float64-products] [--compare]
 
 On seeded head inputs (``check_logprob.seeded_head`` at B x T positions, the ragged mask of the check),
 best of ``repeat`` (the device synchronized):
@@ -65,6 +65,8 @@ def main() -> int:
     parser.add_argument("--block-m", type=positive, default=None, help="the fused oracle's positions per program")
     parser.add_argument("--block-v", type=positive, default=None, help="the fused oracle's vocabulary tile")
     parser.add_argument("--num-warps", type=positive, default=None, help="the fused oracle's warps per program")
+    parser.add_argument("--split", action="store_true",
+                        help="the fused oracle's gradient and its scales in two sweeps (fewer registers)")
     parser.add_argument("--float64-products", action="store_true",
                         help="the fused oracle's logits as float64 products (default: float16 ones where exact)")
     args = parser.parse_args()
@@ -105,7 +107,8 @@ def main() -> int:
         print(f"{name:44s} {s:9.3f} s  ({1e6 * s / per:.2f} us per position)")
 
     fused_kw = {k: v for k, v in (("block_m", args.block_m), ("block_v", args.block_v), ("num_warps", args.num_warps),
-                                  ("low", False if args.float64_products else None)) if v is not None}
+                                  ("low", False if args.float64_products else None),
+                                  ("split", True if args.split else None)) if v is not None}
     n_pos = int(arrays["mask"].sum())
     print(f"{n_pos} unmasked positions of {B * T}")
     times = {}

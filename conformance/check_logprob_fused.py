@@ -103,13 +103,15 @@ def exact_logits(X, W) -> bool:
 
 
 def oracle_rows(X, W, y, temperature=1.0, logit_scale=1.0, *, block_m: int = BLOCK_M, block_v: int = BLOCK_V,
-                num_warps: int | None = None, low: bool | None = None, _vocab_stop: int | None = None):
+                num_warps: int | None = None, low: bool | None = None, split: bool = False,
+                _vocab_stop: int | None = None):
     """(log-probs [n], E(l) [n], dl/dX [n, H], S(dl/dX) [n, H], P [n, H]) of ``logprob.token`` on the
     logits X W^T (float64 X [n, H], W [V, H] on one device; y [n] int64), as ``check_logprob.oracle_chunks``
     computes them for unmasked positions (P: the path sum A_z |W| of its ``paths``).  ``low``: the logits'
     two products (z and E(z)) as float16 products accumulated in float32 (None: where ``exact_logits``
     says they are exact; the three products of the gradient and its scales are float64 products always).
-    ``block_m``, ``block_v``, ``num_warps``: the kernels' tiles and warps (None: Triton's default).
+    ``block_m``, ``block_v``, ``num_warps``: the kernels' tiles and warps (None: Triton's default); ``split``:
+    the gradient and its scales in two sweeps (fewer accumulators at once: fewer registers, one more sweep).
     ``_vocab_stop`` (tests only) ends every sweep at that column: a wrong kernel that drops the last tiles."""
     import torch
 
@@ -173,7 +175,8 @@ def oracle_rows(X, W, y, temperature=1.0, logit_scale=1.0, *, block_m: int = BLO
     row = torch.stack([zs, Ezs, a_s, c_s, A_star, C_star, (~y_star).to(torch.float64)], 1).contiguous()
     gX, PA, PC = torch.zeros((n, H), **f64), torch.zeros((n, H), **f64), torch.zeros((n, H), **f64)
     if n:
-        grad_kernel[grid](X, Wk, P, row, star, y, gX, PA, PC, n, V, stop, **meta)
+        for parts in ((True, False), (False, True)) if split else ((True, True),):
+            grad_kernel[grid](X, Wk, P, row, star, y, gX, PA, PC, n, V, stop, **meta, GRAD=parts[0], SCALES=parts[1])
     rel_h = torch.where(X != 0, 2.0, 1.0).to(torch.float64)
     SX = PA * (1 + rel_h) + PC
     return lval, El, gX, SX, PA

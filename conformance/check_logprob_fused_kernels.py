@@ -36,7 +36,8 @@ def _logits(x, xa, W, cols, hs, H, V, P, WITH_E: tl.constexpr, LOW: tl.constexpr
         Ea = tl.abs(a) + abs_s * Ez
         Ezp = tl.abs(zp) + Ea / tau
         return zp, Ezp, a, Ea, wt.to(tl.float64), wa.to(tl.float64)
-    return zp, zp, a, a, wt, wt
+    else:
+        return zp, zp, a, a, wt, wt
 
 
 @triton.jit
@@ -55,14 +56,14 @@ def stats_kernel(X, W, P, M1, M2, ARG, n, V, VSTOP, H: tl.constexpr, HP: tl.cons
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < n
     hs = tl.arange(0, HP)
-    x, _ = _rows_of_x(X, rows, rmask, hs, H, LOW)
+    x, xa = _rows_of_x(X, rows, rmask, hs, H, LOW)
     ninf = float("-inf")
     m1 = tl.full([BM], ninf, tl.float64)
     m2 = tl.full([BM], ninf, tl.float64)
     arg = tl.zeros([BM], tl.int64)
     for v0 in range(0, VSTOP, BV):
         cols = v0 + tl.arange(0, BV)
-        zp, _, _, _, _, _ = _logits(x, x, W, cols, hs, H, V, P, False, LOW)
+        zp, _e, _a, _ea, _w, _wa = _logits(x, xa, W, cols, hs, H, V, P, False, LOW)
         zp = tl.where((cols < V)[None, :], zp, ninf)
         tmax = tl.max(zp, axis=1)
         targ = tl.argmax(zp, axis=1, tie_break_left=True)
@@ -89,7 +90,7 @@ def sums_kernel(X, W, P, ZS, EZS, STAR, S_OUT, SEE_OUT, n, V, VSTOP, H: tl.const
     SEe = tl.zeros([BM], tl.float64)
     for v0 in range(0, VSTOP, BV):
         cols = v0 + tl.arange(0, BV)
-        zp, Ezp, _, _, _, _ = _logits(x, xa, W, cols, hs, H, V, P, True, LOW)
+        zp, Ezp, _a, _ea, _w, _wa = _logits(x, xa, W, cols, hs, H, V, P, True, LOW)
         d = zp - zs[:, None]
         Ed = (tl.abs(d) + Ezp) + Ezs[:, None]
         keep = (cols < V)[None, :] & (cols[None, :] != star[:, None])
@@ -102,8 +103,9 @@ def sums_kernel(X, W, P, ZS, EZS, STAR, S_OUT, SEE_OUT, n, V, VSTOP, H: tl.const
 
 @triton.jit
 def grad_kernel(X, W, P, ROW, STAR, Y, GX, PA, PC, n, V, VSTOP, H: tl.constexpr, HP: tl.constexpr,
-                BM: tl.constexpr, BV: tl.constexpr, LOW: tl.constexpr):
-    # ROW [n, 7]: z'_*, E(z'_*), 1/(1+S), 2/(1+S), A_*, C_*, [y != *]
+                BM: tl.constexpr, BV: tl.constexpr, LOW: tl.constexpr, GRAD: tl.constexpr, SCALES: tl.constexpr):
+    # ROW [n, 7]: z'_*, E(z'_*), 1/(1+S), 2/(1+S), A_*, C_*, [y != *]; GRAD: G W into GX, SCALES: A_z |W|, C_z |W|
+    # into PA, PC (both in one sweep, or each in a sweep of its own: fewer accumulators held at once)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < n
     hs = tl.arange(0, HP)
@@ -155,11 +157,15 @@ def grad_kernel(X, W, P, ROW, STAR, Y, GX, PA, PC, n, V, VSTOP, H: tl.constexpr,
         A_z = A_a * abs_s
         A_z = tl.where(valid, A_z, 0.0)
         C_z = tl.where(valid, C_z, 0.0)
-        gx += tl.dot(G, tl.trans(wt), out_dtype=tl.float64)
-        pa += tl.dot(A_z, tl.trans(wa), out_dtype=tl.float64)
-        pc += tl.dot(C_z, tl.trans(wa), out_dtype=tl.float64)
+        if GRAD:
+            gx += tl.dot(G, tl.trans(wt), out_dtype=tl.float64)
+        if SCALES:
+            pa += tl.dot(A_z, tl.trans(wa), out_dtype=tl.float64)
+            pc += tl.dot(C_z, tl.trans(wa), out_dtype=tl.float64)
     out = rows[:, None] * H + hs[None, :]
     omask = rmask[:, None] & (hs[None, :] < H)
-    tl.store(GX + out, gx, mask=omask)
-    tl.store(PA + out, pa, mask=omask)
-    tl.store(PC + out, pc, mask=omask)
+    if GRAD:
+        tl.store(GX + out, gx, mask=omask)
+    if SCALES:
+        tl.store(PA + out, pa, mask=omask)
+        tl.store(PC + out, pc, mask=omask)

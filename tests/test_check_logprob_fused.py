@@ -94,11 +94,11 @@ def extremes(T, V, H):
     y = np.array([[16, 16, 10, 5, 3, 7]])
     return {"hidden": X, "weight": W, "targets": y, "mask": np.ones((1, T), bool)}
 
-def measure(arrays, params, blocks, stop=None, low=None):
+def measure(arrays, params, blocks, stop=None, low=None, split=False):
     p = {"temperature": 1, "logit_scale": 1, "softcap": None, **params}
     (_, l0, E0, g0, S0, P0), = lp.oracle_chunks(arrays, p, paths=True, fused=False)
     (_, l1, E1, g1, S1, P1), = fused.oracle_chunks(arrays, p, paths=True, block_m=blocks[0], block_v=blocks[1],
-                                                   low=low, _vocab_stop=stop)
+                                                   low=low, split=split, _vocab_stop=stop)
     K, u = tolerance.K["logprob"], check.U64
     def ratio(a, b, s):   # |a - b| / (2 K u64 s); where s = 0, exact equality (inf otherwise)
         d = (a - b).abs()
@@ -135,6 +135,7 @@ for name, (B, T, V, H, seed, ragged, params, blocks) in json.loads(sys.argv[1]).
     out[name] = measure(arrays, params, blocks)
     # the logits' products in float64 where the float16 ones would be exact (and are taken by default)
     out[name + "/float64-products"] = measure(arrays, params, blocks, low=False)
+    out[name + "/split"] = measure(arrays, params, blocks, split=True)     # the gradient and its scales apart
     if name == "head-loss-3x40-V700":
         out["drop-last-tile"] = measure(arrays, params, blocks, stop=V - 60)     # 640: the last tile left out
         out["drop-all-but-one-tile"] = measure(arrays, params, blocks, stop=64)
@@ -151,7 +152,7 @@ def measured():
 
 
 @needs_triton
-@pytest.mark.parametrize("name", [n + p for n in CONFIGS for p in ("", "/float64-products")])
+@pytest.mark.parametrize("name", [n + p for n in CONFIGS for p in ("", "/float64-products", "/split")])
 def test_fused_oracle_equals_the_torch_oracle(measured, name):
     r = measured[name]
     V = CONFIGS[name.split("/")[0]][2]
@@ -192,6 +193,46 @@ def test_a_fused_oracle_that_drops_vocabulary_tiles_is_caught(measured, name):
 @needs_triton
 def test_agreement_of_the_bench_script_passes_the_fused_oracle_and_fails_a_wrong_one(measured):
     assert measured["agreement"] == [True, False]
+
+
+COMPILE = r"""
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from pgspec.conformance import check_logprob_fused_kernels as k
+
+out = []
+for low in (True, False):
+    w = "*fp16" if low else "*fp64"
+    for fn, types, extra in (
+            (k.stats_kernel, ["*fp64", w, "*fp64", "*fp64", "*fp64", "*i64", "i32", "i32", "i32"], {}),
+            (k.sums_kernel, ["*fp64", w, "*fp64", "*fp64", "*fp64", "*i64", "*fp64", "*fp64", "i32", "i32", "i32"], {}),
+            (k.grad_kernel, ["*fp64", w, "*fp64", "*fp64", "*i64", "*i64", "*fp64", "*fp64", "*fp64", "i32", "i32", "i32"],
+             {"GRAD": True, "SCALES": True})):
+        const = {"H": 64, "HP": 64, "BM": 32, "BV": 64, "LOW": low, **extra}
+        sig = dict(zip([a for a in fn.arg_names if a not in const], types))
+        sig.update({c: "constexpr" for c in const})
+        c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=const), target=GPUTarget("cuda", 90, 32))
+        ptx = c.asm["ptx"]
+        out.append([fn.__name__, low, ptx.count("mma.sync.aligned.m8n8k4.row.col.f64"), ptx.count(".f16.f16")])
+print(json.dumps(out))
+"""
+
+
+@needs_triton
+def test_the_kernels_compile_for_an_h200():
+    """The interpreter runs the kernels as Python and misses what only the compiler rejects (a loop-carried
+    variable whose type changes, an unsupported float64 dot): compiled here for sm_90 (Triton's bundled ptxas, no
+    GPU needed), both product paths; the float64 products are float64 MMAs, the logits' float16 ones float16 MMAs."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", COMPILE], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {(name, low): (f64, f16) for name, low, f64, f16 in json.loads(out.stdout.strip().splitlines()[-1])}
+    assert len(rows) == 6
+    assert rows[("grad_kernel", True)][0] > 0 and rows[("grad_kernel", True)][1] > 0      # G W etc., and the logits
+    assert rows[("stats_kernel", True)][0] == 0 and rows[("stats_kernel", True)][1] > 0   # the logits only
+    assert all(rows[(n, False)][0] > 0 and rows[(n, False)][1] == 0 for n in ("stats_kernel", "sums_kernel", "grad_kernel"))
 
 
 CHECKS = r"""
