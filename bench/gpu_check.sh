@@ -24,6 +24,7 @@
 #   fused-oracle-agree-8x4096                   25 s     120    torch oracle 1.3 s per 32k positions, compile
 #   fused-oracle-cost-256x32768                 50 s     200    TRL 19 s; fused oracle unmeasured (8 float64
 #                                                                [n, V, H] products, about 19 s at the fp64 peak)
+#   fused-oracle-tiles-32x32768, -split-        30 s     150    an eighth of the cost row's oracle, twice each
 #   trl-logprob-64x32768                        30 s     150    TRL 12 s per dtype at 64 rows
 #   liger-logprob-64x32768                      60 s     200    chunk_forward 20-26 s per dtype at 64 rows
 #   liger-fused-vocab-*-8x32768 (5 rows)        75 s     120    fused loss 3-4 s per dtype at 8 rows
@@ -31,11 +32,11 @@
 #   torch-grpo, liger-fused-grpo, liger-triton-grpo (256 x 32768)  90 s  150  fifth/second runs
 #   liger-{triton,fused}-<9 loss types> (18 rows, 16 x 32768)  130 s  90  about 1/16 of the 256-row times
 #   run-torch-cuda, run-liger-cuda             120 s     300    `pgspec run` takes 11 s on a CPU without properties
-#   total                                    about 680 s (11 min): with the machine's start, one 15-minute session
+#   total                                    about 710 s (12 min): with the machine's start, one 15-minute session
 #
 # Sizes: BT (the loss.grpo rows), BT_TYPES (the other loss types), LPS_TRL, LPS_LIGER (the log-prob checks),
 # LPS_VOCAB (the losses from hidden states), TRITON_VS (triton_grpo_loss's logits), COST (the oracle's time),
-# AGREE (its agreement), all overridable; e.g. LPS_LIGER=256x32768 ONLY=liger-logprob LIMIT_BIG=590 for Liger's
+# AGREE (its agreement), TILES (its tile comparison), all overridable; e.g. LPS_LIGER=256x32768 ONLY=liger-logprob LIMIT_BIG=590 for Liger's
 # log-prob step at full size alone in a session.
 #
 # Needs torch with CUDA, trl 1.16.0 and liger-kernel 0.8.5 (with triton) importable, and pgspec.  Every step has its
@@ -60,10 +61,10 @@ if [ "$MODE" = full ]; then
     DEV=cuda V=151936 HID=() LIMIT="${LIMIT:-150}" LIMIT_BIG="${LIMIT_BIG:-200}"
     BT="${BT:-256x32768}" BT_TYPES="${BT_TYPES:-16x32768}" LPS_TRL="${LPS_TRL:-64x32768}"
     LPS_LIGER="${LPS_LIGER:-64x32768}" LPS_VOCAB="${LPS_VOCAB:-8x32768}" COST="${COST:-256x32768}"
-    AGREE="${AGREE:-8x4096}" RUN=()
+    AGREE="${AGREE:-8x4096}" TILES="${TILES:-32x32768}" RUN=()
 else
     DEV=cpu V=300 HID=(--hidden 16) LIMIT=600 LIMIT_BIG=600 BT=2x16 BT_TYPES=2x16 LPS_TRL=2x16 LPS_LIGER=2x16
-    LPS_VOCAB=2x16 COST=2x16 AGREE=2x16 TRITON_VS=2x16
+    LPS_VOCAB=2x16 COST=2x16 AGREE=2x16 TILES=2x16 TRITON_VS=2x16
     RUN=(--formulas "kl.k3,loss.grpo" --no-properties)    # `pgspec run`'s path on two formulas
 fi
 if [ $LIST = 0 ]; then
@@ -124,6 +125,12 @@ step "fused-oracle-agree-$AGREE" "$LIMIT" bench logprob_oracle_cost.py --shape "
     --device "$DEV" --oracle fused --compare --repeat 1
 step "fused-oracle-cost-$COST" "$LIMIT_BIG" bench logprob_oracle_cost.py --shape "$COST" --vocab "$V" "${HID[@]}" \
     --device "$DEV" --oracle fused --adapter trl --dtype bfloat16 --repeat 1
+# its tiles on a smaller batch, for the next tuning: the defaults, and the gradient and its scales in sweeps of their
+# own (ptxas spills registers in the single sweep at every tile shape tried, not in the gradient alone)
+step "fused-oracle-tiles-$TILES" "$LIMIT" bench logprob_oracle_cost.py --shape "$TILES" --vocab "$V" "${HID[@]}" \
+    --device "$DEV" --oracle fused --repeat 2
+step "fused-oracle-split-$TILES" "$LIMIT" bench logprob_oracle_cost.py --shape "$TILES" --vocab "$V" "${HID[@]}" \
+    --device "$DEV" --oracle fused --split --repeat 2
 
 # 2. the log-prob checks at V (both dtypes in one step: one evaluation of the oracle)
 step "trl-logprob-$LPS_TRL" "$LIMIT" check --formula logprob.token --vocab "$V" "${HID[@]}" --shape "$LPS_TRL" \

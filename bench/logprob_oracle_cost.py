@@ -6,7 +6,8 @@
         [--block-m 32] [--block-v 64] [--num-warps N] [--split] [--float64-products] [--compare]
 
 On seeded head inputs (``check_logprob.seeded_head`` at B x T positions, the ragged mask of the check),
-best of ``repeat`` (the device synchronized):
+best of ``repeat`` (the device synchronized), each after an untimed first call on one sequence of up to 4096
+positions (Triton's compilation, a framework's first call):
 
 - each oracle of ``--oracle`` over all positions, as the check runs it (``oracle_chunks``): ``torch``,
   the [n, V] float64 passes of check_logprob.py; ``fused``, the Triton kernels of
@@ -109,6 +110,8 @@ def main() -> int:
     fused_kw = {k: v for k, v in (("block_m", args.block_m), ("block_v", args.block_v), ("num_warps", args.num_warps),
                                   ("low", False if args.float64_products else None),
                                   ("split", True if args.split else None)) if v is not None}
+    # a first call on one sequence of up to 4096 positions before any timing: compilation and first-call costs
+    warm = lp.seeded_head(1, min(T, 4096), args.vocab, args.hidden, seed=1)
     n_pos = int(arrays["mask"].sum())
     print(f"{n_pos} unmasked positions of {B * T}")
     times = {}
@@ -118,8 +121,10 @@ def main() -> int:
             if not ok:
                 print(f"{'oracle fused':44s} unavailable: {why}")
                 continue
+            list(fused.oracle_chunks(warm, params, args.device, **fused_kw))     # Triton's compilation, untimed
             work = lambda kw=fused_kw: list(fused.oracle_chunks(arrays, params, args.device, **kw))   # noqa: E731
         else:
+            list(lp.oracle_chunks(warm, params, args.device, fused=False))
             work = lambda: list(lp.oracle_chunks(arrays, params, args.device, fused=False))   # noqa: E731
         times[o] = best(work)
         line(f"oracle {o}", times[o], n_pos)
@@ -132,6 +137,8 @@ def main() -> int:
         head = getattr(adapter, "heads", {}).get(lp.FORMULA)
         y = torch.as_tensor(arrays["targets"], device=args.device)
         m = torch.as_tensor(arrays["mask"], device=args.device)
+        check._logprob_work(adapter, head, warm, torch.as_tensor(warm["targets"], device=args.device),
+                            torch.as_tensor(warm["mask"], device=args.device), params, args.dtype, args.device)()
         work = check._logprob_work(adapter, head, arrays, y, m, params, args.dtype, args.device)
         k = best(work)
         line(f"kernel {adapter.name} ({'head' if head else 'logits'}, {args.dtype})", k, n_pos)
