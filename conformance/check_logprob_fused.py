@@ -127,7 +127,7 @@ def oracle_rows(X, W, y, temperature=1.0, logit_scale=1.0, *, block_m: int = BLO
     dev = X.device
     s, tau = float(logit_scale), float(temperature)
     dH = _depth(H) + 1
-    P = torch.tensor([s, tau, abs(s), dH], dtype=torch.float64, device=dev)
+    P = torch.tensor([s, tau, abs(s), dH, s / tau, 1 / tau], dtype=torch.float64, device=dev)
     HP = max(16, 1 << (H - 1).bit_length())
     stop = V if _vocab_stop is None else int(_vocab_stop)
     grid = (max(1, -(-n // block_m)),)

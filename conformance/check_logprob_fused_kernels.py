@@ -119,9 +119,10 @@ def grad_kernel(X, W, P, ROW, STAR, Y, GX, PA, PC, n, V, VSTOP, H: tl.constexpr,
     y_not_star = tl.load(ROW + rows * 7 + 6, mask=rmask, other=0.0)[:, None]
     star = tl.load(STAR + rows, mask=rmask, other=0)[:, None]
     y = tl.load(Y + rows, mask=rmask, other=0)[:, None]
-    s = tl.load(P)
     tau = tl.load(P + 1)
     abs_s = tl.load(P + 2)
+    s_tau = tl.load(P + 4)
+    inv_tau = tl.load(P + 5)
     gx = tl.zeros([BM, HP], tl.float64)
     pa = tl.zeros([BM, HP], tl.float64)
     pc = tl.zeros([BM, HP], tl.float64)
@@ -135,24 +136,28 @@ def grad_kernel(X, W, P, ROW, STAR, Y, GX, PA, PC, n, V, VSTOP, H: tl.constexpr,
         Ed = (tl.abs(d) + Ezp) + Ezs
         e_full = tl.where(valid, tl.exp(tl.where(valid, d, 0.0)), 0.0)
         e = tl.where(is_star, 0.0, e_full)
-        Ee = e * Ed + e
-        # the backend's gradient: ((onehot_y - p) / tau) s, p_v = e_v / (1 + S), p_* = 1 / (1 + S)
+        # the backend's gradient: (onehot_y - p) s / tau, p_v = e_v / (1 + S), p_* = 1 / (1 + S)
         p = tl.where(is_star, a_s, e * a_s)
-        G = ((tl.where(is_y, 1.0, 0.0) - p) / tau) * s
+        G = (tl.where(is_y, 1.0, 0.0) - p) * s_tau
         G = tl.where(valid, G, 0.0)
-        # the scale pass of logit_scales, element for element
-        rel_e = tl.where(e != 0, Ee / tl.where(e != 0, e, 1.0), Ee) + 1
+        # the scale pass of logit_scales, element for element, with its relative-error factors rel(v) = 1 + E(v) / |v|
+        # (v != 0; 1 + E(v) where v = 0) in fewer divisions, equal to rounding: rel(e) = 1 + (e E(d) + e) / e =
+        # E(d) + 2, and one reciprocal of |a| for rel(a) and rel(z') (|z'| = |a| / tau), divisions by tau as
+        # products with 1 / tau.  The scales are bounds: their rounding moves a verdict only within the rounding
+        # of the bound itself (tests/test_check_logprob_fused.py).
+        rel_e = tl.where(e != 0, Ed + 2, 1.0)
         Cd = (rel_e * a_s + c_s) * e
         Ad = e * a_s + tl.where(is_y, y_not_star, 0.0)
         Ad = tl.where(is_star, A_star, Ad)
         Cd = tl.where(is_star, C_star, Cd)
-        azp = tl.abs(zp)
-        rel_zp = tl.where(azp != 0, Ezp / tl.where(azp != 0, azp, 1.0), Ezp) + 1
-        step_zp = rel_zp * Ad + Cd
-        A_a = Ad / tau
-        C_a = step_zp / tau
         aa = tl.abs(a)
-        rel_a = tl.where(aa != 0, Ea / tl.where(aa != 0, aa, 1.0), Ea) + 1
+        nz = (aa != 0) & (zp != 0)
+        inv = 1.0 / tl.where(aa != 0, aa, 1.0)
+        rel_zp = tl.where(nz, Ezp * tau * inv, Ezp) + 1
+        rel_a = tl.where(aa != 0, Ea * inv, Ea) + 1
+        step_zp = rel_zp * Ad + Cd
+        A_a = Ad * inv_tau
+        C_a = step_zp * inv_tau
         C_z = (rel_a * A_a + C_a) * abs_s
         A_z = A_a * abs_s
         A_z = tl.where(valid, A_z, 0.0)

@@ -63,8 +63,8 @@ def test_the_dry_run_fails_when_a_row_fails(tmp_path):
     drops part of the vocabulary would need a framework: a bad argument is the wrong command the dry run exists
     to catch) make the driver exit 1 and name them; a good row beside them still runs."""
     steps = tmp_path / "steps.tsv"
-    rows = [["good", "0", "check", "--formula", "loss.grpo", "--param", "beta=0", "--shape", "2x16", "--adapter", "torch",
-             "--json", str(tmp_path / "good.json")],
+    rows = [["good", "0", "check", "--formula", "loss.grpo", "--param", "beta=0", "--shape", "2x16",
+             "--adapter", "torch", "--json", str(tmp_path / "good.json")],
             ["bad-vocab", "0", "check", "--formula", "logprob.token", "--vocab", "1", "--shape", "2x16"],
             ["bad-option", "0", "check", "--formula", "loss.grpo", "--shapes", "2x16"]]
     steps.write_text("".join("\t".join(r) + "\t\n" for r in rows))
