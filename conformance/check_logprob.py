@@ -29,6 +29,11 @@ chunk (TRL's ``ChunkedLogProbFunction``, Liger's fused linear losses).  So the c
 - An adapter without a head entry but with ``logprob.token`` gets the logits ``X W^T`` formed in its
   dtype on its device (only for sizes whose [B, T, V] logits fit), and its gradient is taken with
   respect to those logits, then mapped to X by autograd through the matmul.
+
+On CUDA (triton importable) ``oracle_chunks`` hands the work to check_logprob_fused.py: the same
+quantities from Triton kernels that recompute the logits tile by tile instead of writing [n, V] float64
+arrays (tests/test_check_logprob_fused.py holds the two equal); this module's tensor passes stay the
+CPU oracle and the fused one's reference.
 """
 
 from __future__ import annotations
