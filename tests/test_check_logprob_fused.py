@@ -208,8 +208,8 @@ for low in (True, False):
     for fn, types, extra in (
             (k.stats_kernel, ["*fp64", w, "*fp64", "*fp64", "*fp64", "*i64", "i32", "i32", "i32"], {}),
             (k.sums_kernel, ["*fp64", w, "*fp64", "*fp64", "*fp64", "*i64", "*fp64", "*fp64", "i32", "i32", "i32"], {}),
-            (k.grad_kernel, ["*fp64", w, "*fp64", "*fp64", "*i64", "*i64", "*fp64", "*fp64", "*fp64", "i32", "i32", "i32"],
-             {"GRAD": True, "SCALES": True})):
+            (k.grad_kernel, ["*fp64", w, "*fp64", "*fp64", "*i64", "*i64", "*fp64", "*fp64", "*fp64", "i32", "i32",
+                             "i32"], {"GRAD": True, "SCALES": True})):
         const = {"H": 64, "HP": 64, "BM": 32, "BV": 64, "LOW": low, **extra}
         sig = dict(zip([a for a in fn.arg_names if a not in const], types))
         sig.update({c: "constexpr" for c in const})
@@ -232,7 +232,8 @@ def test_the_kernels_compile_for_an_h200():
     assert len(rows) == 6
     assert rows[("grad_kernel", True)][0] > 0 and rows[("grad_kernel", True)][1] > 0      # G W etc., and the logits
     assert rows[("stats_kernel", True)][0] == 0 and rows[("stats_kernel", True)][1] > 0   # the logits only
-    assert all(rows[(n, False)][0] > 0 and rows[(n, False)][1] == 0 for n in ("stats_kernel", "sums_kernel", "grad_kernel"))
+    assert all(rows[(n, False)][0] > 0 and rows[(n, False)][1] == 0
+               for n in ("stats_kernel", "sums_kernel", "grad_kernel"))
 
 
 CHECKS = r"""
