@@ -195,6 +195,79 @@ def test_agreement_of_the_bench_script_passes_the_fused_oracle_and_fails_a_wrong
     assert measured["agreement"] == [True, False]
 
 
+# the losses from hidden states (check_head_loss.oracle): the composite oracle with the fused log-prob step against
+# the one with the torch step, on the head-loss checks' configuration (3 x 40, V = 700, H = 16) and their parameters
+COMPOSITES = {"grpo": ("loss.grpo", {"beta": 0}, False), "kl-grpo": ("loss.grpo", {"beta": 0.04}, False),
+              "bnpo": ("loss.bnpo", {}, False), "dr_grpo": ("loss.dr_grpo", {"divisor": 512}, False),
+              "dapo": ("loss.dapo", {"aggregation": "token_mean"}, False),
+              "cispo": ("loss.cispo", {"aggregation": "token_mean"}, False), "gspo": ("loss.gspo", {}, False),
+              "luspo": ("loss.luspo", {}, False), "sapo": ("loss.sapo", {"beta": 0.1}, False),
+              "vespo-sampler": ("loss.vespo", {}, True)}
+
+COMPOSITE = r"""
+import functools, json, os, sys
+import torch
+from pgspec.conformance import check, check_head_loss as hl, check_logprob as lp, tolerance
+from pgspec.conformance import check_logprob_fused as fused
+from pgspec.reference import REGISTRY
+
+B, T, V, H = 3, 40, 700, 16
+arrays = lp.seeded_head(B, T, V, H, seed=0)
+
+def run(formula, params, sampler):
+    p = check.oracle_params(formula, params, head=True)
+    adv = check.seeded_inputs(formula, B, T, 0)["advantages"]
+    os.environ["PGSPEC_LOGPROB_ORACLE"] = "torch"
+    a = hl.oracle(arrays, adv, p, formula=formula, sampler=True if sampler else None)
+    os.environ["PGSPEC_LOGPROB_ORACLE"] = "fused"
+    # the same old, reference and sampler log-probs (drawn around the torch step's log-probs): a last-bit difference
+    # of the log-probs must not move a float32 draw
+    b = hl.oracle(arrays, adv, p, formula=formula, old=a["old_logprobs"].numpy(),
+                  ref=a["ref_logprobs"].numpy() if "ref_logprobs" in a else None,
+                  sampler=a["sampler_logprobs"].numpy() if sampler else None)
+    K, u = tolerance.K[REGISTRY[formula].family], check.U64
+    def ratio(x, y, s):
+        d = (x - y).abs()
+        return float(torch.where(s > 0, d / (2 * K * u * s), torch.where(d == 0, 0.0, float("inf"))).max())
+    def rel(x, y):
+        d = (x - y).abs()
+        return float(torch.where(x != 0, d / x.abs(), torch.where(d == 0, 0.0, float("inf"))).max())
+    return {"loss": ratio(a["loss"].reshape(1), b["loss"].reshape(1), a["E(loss)"].reshape(1)),
+            "grad": ratio(a["grad.hidden"], b["grad.hidden"], a["S(grad.hidden)"]),
+            "E(loss)": rel(a["E(loss)"].reshape(1), b["E(loss)"].reshape(1)),
+            "S(grad)": rel(a["S(grad.hidden)"], b["S(grad.hidden)"])}
+
+out = {name: run(*row) for name, row in json.loads(sys.argv[1]).items()}
+fused.oracle_rows = functools.partial(fused.oracle_rows, _vocab_stop=V - 60)    # a wrong fused step: no last tile
+out["drop-last-tile"] = run("loss.grpo", {"beta": 0.04}, False)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def composites():
+    return _child(COMPOSITE, json.dumps(COMPOSITES))
+
+
+@needs_triton
+@pytest.mark.parametrize("name", list(COMPOSITES))
+def test_the_losses_from_hidden_states_agree_on_either_log_prob_step(composites, name):
+    """The loss and dloss/dX within 2 K u64 S of the loss's family (as for the log-probs); the composite's scales,
+    S1 A_l + P1 C_l (check_head_loss.py), within twice the log-prob step's relative bound: S1 and P1 are within
+    2 (V + 16) u64, and the loss's A_l, C_l and E(loss) are the torch backend's on log-probs and E(l) that differ
+    by rounding."""
+    r = composites[name]
+    assert r["loss"] <= 1 and r["grad"] <= 1, r
+    tol = 4 * (700 + 16) * 2.0 ** -53
+    assert r["E(loss)"] <= tol and r["S(grad)"] <= tol, r
+
+
+@needs_triton
+def test_a_loss_from_hidden_states_on_a_wrong_fused_step_disagrees(composites):
+    r = composites["drop-last-tile"]
+    assert r["loss"] > 1 and r["grad"] > 1 and r["S(grad)"] > 1e-6, r
+
+
 COMPILE = r"""
 import json, sys
 import triton
