@@ -61,6 +61,10 @@ for name in "${adapters[@]}"; do
     # the fused float64 log-prob oracle (conformance/check_logprob_fused.py) against the torch oracle, under the
     # interpreter: triton is not in the [dev] extra, so its tests skip in the main environment and run here
     "$venv/bin/python" -m pytest tests/test_check_logprob_fused.py -q || status=1
+    # and the log-prob and head-loss checks' own tests (the oracle's scales against the mpmath reference's on the
+    # same composites, a correct kernel passing, wrong ones failing) with the fused oracle in place of the torch one
+    TRITON_INTERPRET=1 PGSPEC_LOGPROB_ORACLE=fused "$venv/bin/python" -m pytest tests/test_check.py \
+      tests/test_check_head_loss.py -q -k "logprob or vocab or head or logit" || status=1
     echo "liger-triton (TRITON_INTERPRET=1) ran in $(( $(date +%s) - start )) s"
   elif [[ "$isolated" == *" $name "* ]]; then
     pgspec run --adapter "$name" --python "$venv/bin/python" "${reports[@]}" || status=1
