@@ -9,7 +9,7 @@ bench) and the command's arguments (the script's own, with the dry run's sizes).
 - with its own adapter where it is installed and runs on the CPU here (liger, liger-triton under the
   interpreter, trl: in Liger's or TRL's environment), in a child process with the row's TRITON_INTERPRET,
   as on the GPU;
-- else with a stand-in (``make_standin``: the built-in torch backend, plus fused heads for logprob.token
+- else (or for every row with GPU_CHECK_STANDINS=1: the test's quick run) with a stand-in (``make_standin``: the built-in torch backend, plus fused heads for logprob.token
   and every loss from hidden states, built from its formulas), in this process: the row's formula,
   parameters, shape, vocabulary, dtypes and oracle run all the same; only the kernel differs.
 
@@ -102,6 +102,7 @@ def main(argv: list[str]) -> int:
     import importlib.util
 
     triton = importlib.util.find_spec("triton") is not None
+    all_standins = os.environ.get("GPU_CHECK_STANDINS") == "1"
     rows = [line.rstrip("\n").split("\t") for line in Path(argv[1]).read_text().splitlines() if line.strip()]
     here, failed = {}, []
     t_all = time.perf_counter()
@@ -110,11 +111,12 @@ def main(argv: list[str]) -> int:
         spec = _adapter(args)
         if spec != "torch" and spec not in here:
             here[spec] = _runs_here(spec)
-        own = spec == "torch" or here[spec][0]
+        own = spec == "torch" or (here[spec][0] and not all_standins)
         if not own:
             args = [STANDIN if a == spec else a for a in args]
             os.environ["PGSPEC_STANDIN_FOR"] = spec
-        how = "its own adapter" if own else f"a stand-in ({here[spec][1]})"
+        how = ("its own adapter" if own else
+               f"a stand-in ({'GPU_CHECK_STANDINS=1' if all_standins and here[spec][0] else here[spec][1]})")
         print(f"== {name}: {kind} {' '.join(args)}  [{how}]", flush=True)
         t = time.perf_counter()
         if kind == "bench":
@@ -125,8 +127,9 @@ def main(argv: list[str]) -> int:
             rc = logprob_oracle_cost.main()
         elif own and spec != "torch":
             env = {**os.environ, "TRITON_INTERPRET": interp}
-            if interp != "1":
+            if interp != "1":       # a row outside the interpreter (Liger's fused loss): the torch oracle there
                 env.pop("TRITON_INTERPRET")
+                env.pop("PGSPEC_LOGPROB_ORACLE", None)
             rc = subprocess.run([sys.executable, "-m", "pgspec.conformance.cli", kind, *args], env=env).returncode
         else:
             rc = cli.main([kind, *args])

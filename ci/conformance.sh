@@ -65,6 +65,8 @@ for name in "${adapters[@]}"; do
     # same composites, a correct kernel passing, wrong ones failing) with the fused oracle in place of the torch one
     TRITON_INTERPRET=1 PGSPEC_LOGPROB_ORACLE=fused "$venv/bin/python" -m pytest tests/test_check.py \
       tests/test_check_head_loss.py -q -k "logprob or vocab or head or logit" || status=1
+    # bench/gpu_check.sh's rows at tiny sizes with Liger's own kernels (TRL's rows with a stand-in): about 100 s
+    OUT="$(mktemp -d)" PYTHON="$venv/bin/python" bash bench/gpu_check.sh --dry-run || status=1
     echo "liger-triton (TRITON_INTERPRET=1) ran in $(( $(date +%s) - start )) s"
   elif [[ "$isolated" == *" $name "* ]]; then
     pgspec run --adapter "$name" --python "$venv/bin/python" "${reports[@]}" || status=1

@@ -57,17 +57,19 @@ def available(device: str) -> tuple[bool, str]:
 
 def use_fused(device: str) -> bool:
     """Whether the log-prob oracle on ``device`` is this module's: ``PGSPEC_LOGPROB_ORACLE`` if set
-    (``fused``: required, an error where it cannot run; ``torch``: never), else on CUDA where triton is
-    importable."""
+    (``fused``: required, check.CheckError where it cannot run; ``torch``: never), else on CUDA where triton
+    is importable."""
+    from .check import CheckError      # a usage error of `pgspec check` (exit status 2), not a pgspec bug
+
     want = os.environ.get(ENV, "").strip().lower()
     if want not in ("", "fused", "torch"):
-        raise ValueError(f"{ENV} must be 'fused' or 'torch', got {want!r}")
+        raise CheckError(f"{ENV} must be 'fused' or 'torch', got {want!r}")
     if want == "torch":
         return False
     ok, why = available(device)
     if want == "fused":
         if not ok:
-            raise RuntimeError(f"{ENV}=fused: {why}")
+            raise CheckError(f"{ENV}=fused: {why}")
         return True
     return ok and str(device).startswith("cuda")
 

@@ -386,6 +386,7 @@ def test_checks_on_the_fused_oracle_pass_a_correct_kernel_and_fail_one_that_drop
 
 def test_oracle_choice(monkeypatch):
     from pgspec.conformance import check_logprob_fused as fused
+    from pgspec.conformance.check import CheckError
 
     monkeypatch.delenv(fused.ENV, raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -394,11 +395,22 @@ def test_oracle_choice(monkeypatch):
     monkeypatch.setenv(fused.ENV, "torch")
     assert not fused.use_fused("cuda")
     monkeypatch.setenv(fused.ENV, "fused")
-    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1|triton is not installed"):
+    with pytest.raises(CheckError, match="TRITON_INTERPRET=1|triton is not installed"):
         fused.use_fused("cpu")
     monkeypatch.setenv(fused.ENV, "fast")
-    with pytest.raises(ValueError, match="'fused' or 'torch'"):
+    with pytest.raises(CheckError, match="'fused' or 'torch'"):
         fused.use_fused("cpu")
+
+
+def test_an_oracle_that_cannot_run_is_a_usage_error_of_pgspec_check(tmp_path):
+    """`pgspec check` with PGSPEC_LOGPROB_ORACLE=fused where it cannot run (a CPU without TRITON_INTERPRET=1):
+    exit status 2 and the reason, not an internal error."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-m", "pgspec.conformance.cli", "check", "--formula", "logprob.token",
+                        "--vocab", "50", "--shape", "2x8", "--adapter", "torch"], capture_output=True, text=True,
+                       env={**env, "PGSPEC_LOGPROB_ORACLE": "fused"}, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "PGSPEC_LOGPROB_ORACLE=fused" in r.stderr and "internal error" not in r.stderr
 
 
 def test_exact_logits_admits_the_seeded_head_only_where_float16_products_are_exact():
