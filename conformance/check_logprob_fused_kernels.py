@@ -35,7 +35,7 @@ def _logits(x, xa, W, cols, hs, H, V, P, WITH_E: tl.constexpr, LOW: tl.constexpr
         Ez = dH * _prod(xa, wa, LOW)
         Ea = tl.abs(a) + abs_s * Ez
         Ezp = tl.abs(zp) + Ea / tau
-        return zp, Ezp, a, Ea, wt.to(tl.float64), wa.to(tl.float64)
+        return zp, Ezp, a, Ea, wt, wa
     else:
         return zp, zp, a, a, wt, wt
 
@@ -102,10 +102,12 @@ def sums_kernel(X, W, P, ZS, EZS, STAR, S_OUT, SEE_OUT, n, V, VSTOP, H: tl.const
     tl.store(SEE_OUT + rows, SEe, mask=rmask)
 
 @triton.jit
-def grad_kernel(X, W, P, ROW, STAR, Y, GX, PA, PC, n, V, VSTOP, H: tl.constexpr, HP: tl.constexpr,
+def grad_kernel(X, W, W64, P, ROW, STAR, Y, GX, PA, PC, n, V, VSTOP, H: tl.constexpr, HP: tl.constexpr,
                 BM: tl.constexpr, BV: tl.constexpr, LOW: tl.constexpr, GRAD: tl.constexpr, SCALES: tl.constexpr):
     # ROW [n, 7]: z'_*, E(z'_*), 1/(1+S), 2/(1+S), A_*, C_*, [y != *]; GRAD: G W into GX, SCALES: A_z |W|, C_z |W|
-    # into PA, PC (both in one sweep, or each in a sweep of its own: fewer accumulators held at once)
+    # into PA, PC (both in one sweep, or each in a sweep of its own: fewer accumulators held at once).  W64: W in
+    # float64 for those products (with LOW, W holds the float16 copy for the logits' products: the float64 tiles
+    # are loaded, not converted from float16 ones, which Triton 3.6's float64 dot cannot take as operands)
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     rmask = rows < n
     hs = tl.arange(0, HP)
@@ -129,6 +131,9 @@ def grad_kernel(X, W, P, ROW, STAR, Y, GX, PA, PC, n, V, VSTOP, H: tl.constexpr,
     for v0 in range(0, VSTOP, BV):
         cols = v0 + tl.arange(0, BV)
         zp, Ezp, a, Ea, wt, wa = _logits(x, xa, W, cols, hs, H, V, P, True, LOW)
+        if LOW:
+            wt = tl.load(W64 + cols[None, :] * H + hs[:, None], mask=(cols < V)[None, :] & (hs[:, None] < H), other=0.0)
+            wa = tl.abs(wt)
         valid = (cols < V)[None, :]
         is_star = cols[None, :] == star
         is_y = cols[None, :] == y

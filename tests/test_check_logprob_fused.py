@@ -281,7 +281,7 @@ for low in (True, False):
     for fn, types, extra in (
             (k.stats_kernel, ["*fp64", w, "*fp64", "*fp64", "*fp64", "*i64", "i32", "i32", "i32"], {}),
             (k.sums_kernel, ["*fp64", w, "*fp64", "*fp64", "*fp64", "*i64", "*fp64", "*fp64", "i32", "i32", "i32"], {}),
-            (k.grad_kernel, ["*fp64", w, "*fp64", "*fp64", "*i64", "*i64", "*fp64", "*fp64", "*fp64", "i32", "i32",
+            (k.grad_kernel, ["*fp64", w, "*fp64", "*fp64", "*fp64", "*i64", "*i64", "*fp64", "*fp64", "*fp64", "i32", "i32",
                              "i32"], {"GRAD": True, "SCALES": True})):
         const = {"H": 64, "HP": 64, "BM": 32, "BV": 64, "LOW": low, **extra}
         sig = dict(zip([a for a in fn.arg_names if a not in const], types))
