@@ -4,7 +4,7 @@ of the losses from hidden states, check_head_loss.py): Triton kernels that never
 ``check_logprob.oracle_chunks`` (the torch oracle) forms z = X W^T in float64 for a chunk of positions
 and runs the backend and ``logit_scales`` over it: about 40 passes over [n, V] float64 memory.  Here
 each program holds ``BLOCK_M`` positions and walks the vocabulary in tiles of ``BLOCK_V`` columns,
-recomputing each tile's logits from X and W (``tl.dot`` in float64) in three sweeps:
+recomputing each tile's logits from X and W (``tl.dot``) in three sweeps:
 
 1. the row maximum z'_* of the transformed logits z' = (z s) / tau, its first index * (a later tile
    takes the maximum only when strictly greater, ``tl.argmax`` breaks ties to the left), and the
@@ -15,7 +15,9 @@ recomputing each tile's logits from X and W (``tl.dot`` in float64) in three swe
 3. the gradient G = dl/dz ((onehot_y - p) / tau * s, p = e / (1 + S), p_* = 1 / (1 + S)) and the scale
    pass's A_z and C_z per element (the star's column from row constants: A_* = sum_v e_v/(1+S) + 1 + [y = *],
    C_* = (S + sum E(e)) / (1 + S) + 2 S / (1 + S), the closed forms of ``logit_scales``' row sums), reduced
-   at once into G W, A_z |W| and C_z |W| [n, H].
+   at once into G W, A_z |W| and C_z |W| [n, H] (``split``: G W in a sweep of its own).  Its relative-error
+   factors take fewer divisions than ``logit_scales`` (rel(e) = E(d) + 2, one reciprocal of |a|): equal to
+   rounding, which the tests' bounds cover.
 
 The per-row quantities in between (E(z'_*), z'_y and E(z'_y) from X and the rows W_* and W_y, E(l), the
 depth of the sum node) are [n] torch operations.  Memory: X, W and [n, H] outputs only.  The work is 8
