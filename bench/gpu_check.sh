@@ -24,7 +24,7 @@
 #   fused-oracle-agree-8x4096                   25 s     120    torch oracle 1.3 s per 32k positions, compile
 #   fused-oracle-cost-256x32768                 50 s     200    TRL 19 s; fused oracle unmeasured (8 float64
 #                                                                [n, V, H] products, about 19 s at the fp64 peak)
-#   fused-oracle-tiles-32x32768, -split-        30 s     150    an eighth of the cost row's oracle, twice each
+#   fused-oracle-{tiles,split,16x32}-32x32768   45 s     150    an eighth of the cost row's oracle, twice each
 #   trl-logprob-64x32768                        30 s     150    TRL 12 s per dtype at 64 rows
 #   liger-logprob-64x32768                      60 s     200    chunk_forward 20-26 s per dtype at 64 rows
 #   liger-fused-vocab-*-8x32768 (5 rows)        75 s     120    fused loss 3-4 s per dtype at 8 rows
@@ -32,7 +32,7 @@
 #   torch-grpo, liger-fused-grpo, liger-triton-grpo (256 x 32768)  90 s  150  fifth/second runs
 #   liger-{triton,fused}-<9 loss types> (18 rows, 16 x 32768)  130 s  90  about 1/16 of the 256-row times
 #   run-torch-cuda, run-liger-cuda             120 s     300    `pgspec run` takes 11 s on a CPU without properties
-#   total                                    about 710 s (12 min): with the machine's start, one 15-minute session
+#   total                                    about 725 s (12 min): with the machine's start, one 15-minute session
 #
 # Sizes: BT (the loss.grpo rows), BT_TYPES (the other loss types), LPS_TRL, LPS_LIGER (the log-prob checks),
 # LPS_VOCAB (the losses from hidden states), TRITON_VS (triton_grpo_loss's logits), COST (the oracle's time),
@@ -131,6 +131,9 @@ step "fused-oracle-tiles-$TILES" "$LIMIT" bench logprob_oracle_cost.py --shape "
     --device "$DEV" --oracle fused --repeat 2
 step "fused-oracle-split-$TILES" "$LIMIT" bench logprob_oracle_cost.py --shape "$TILES" --vocab "$V" "${HID[@]}" \
     --device "$DEV" --oracle fused --split --repeat 2
+# and 16 positions by 32 columns, where ptxas spills least (16 bytes; bench/gpu_check_results.md), W read twice as often
+step "fused-oracle-16x32-$TILES" "$LIMIT" bench logprob_oracle_cost.py --shape "$TILES" --vocab "$V" "${HID[@]}" \
+    --device "$DEV" --oracle fused --block-m 16 --block-v 32 --repeat 2
 
 # 2. the log-prob checks at V (both dtypes in one step: one evaluation of the oracle)
 step "trl-logprob-$LPS_TRL" "$LIMIT" check --formula logprob.token --vocab "$V" "${HID[@]}" --shape "$LPS_TRL" \
