@@ -70,6 +70,15 @@ for name in "${adapters[@]}"; do
     # the kernel's loop over the vocabulary (blocks of 4,096) on the logits of a linear head, V = 9000
     TRITON_INTERPRET=1 "$venv/bin/pgspec" check --adapter pgspec.adapters.liger:make_triton_adapter --formula loss.grpo \
       --param beta=0 --vocab 9000 --shape 2x32 --dtype bfloat16,float32 || status=1
+    # the fused float64 log-prob oracle (conformance/check_logprob_fused.py) against the torch oracle, under the
+    # interpreter: triton is not in the [dev] extra, so its tests skip in the main environment and run here
+    "$venv/bin/python" -m pytest tests/test_check_logprob_fused.py -q || status=1
+    # and the log-prob and head-loss checks' own tests (the oracle's scales against the mpmath reference's on the
+    # same composites, a correct kernel passing, wrong ones failing) with the fused oracle in place of the torch one
+    TRITON_INTERPRET=1 PGSPEC_LOGPROB_ORACLE=fused "$venv/bin/python" -m pytest tests/test_check.py \
+      tests/test_check_head_loss.py -q -k "logprob or vocab or head or logit" || status=1
+    # bench/gpu_check.sh's rows at tiny sizes with Liger's own kernels (TRL's rows with a stand-in): about 100 s
+    OUT="$(mktemp -d)" PYTHON="$venv/bin/python" bash bench/gpu_check.sh --dry-run || status=1
     echo "liger-triton (TRITON_INTERPRET=1) ran in $(( $(date +%s) - start )) s"
   elif [[ "$isolated" == *" $name "* ]]; then
     "$pgspec" run --adapter "$name" --python "$venv/bin/python" "${reports[@]}" || status=1

@@ -29,6 +29,11 @@ chunk (TRL's ``ChunkedLogProbFunction``, Liger's fused linear losses).  So the c
 - An adapter without a head entry but with ``logprob.token`` gets the logits ``X W^T`` formed in its
   dtype on its device (only for sizes whose [B, T, V] logits fit), and its gradient is taken with
   respect to those logits, then mapped to X by autograd through the matmul.
+
+On CUDA (triton importable) ``oracle_chunks`` hands the work to check_logprob_fused.py: the same
+quantities from Triton kernels that recompute the logits tile by tile instead of writing [n, V] float64
+arrays (tests/test_check_logprob_fused.py holds the two equal); this module's tensor passes stay the
+CPU oracle and the fused one's reference.
 """
 
 from __future__ import annotations
@@ -167,15 +172,21 @@ def head_forward_error(xc, wabs):
 
 
 def oracle_chunks(arrays: dict, params: dict, device: str = "cpu", chunk_tokens: int | None = None,
-                  paths: bool = False):
+                  paths: bool = False, fused: bool | None = None):
     """Yield, for each chunk of positions (flattened over B, T), (index slice, log-probs [n],
     E(l) [n], grad wrt hidden [n, H], its scale [n, H]) of the float64 oracle; masked positions give
     0 with scale 0.  ``paths``: each tuple also ends with P [n, H], the A part of the scale pass at X
     (the sum over paths of |local derivatives|, A_z |W|): what a composite that seeds the pass at l
-    with (A_l, C_l) instead of (1, 0) needs (check_head_loss.py)."""
+    with (A_l, C_l) instead of (1, 0) needs (check_head_loss.py).  ``fused``: the Triton oracle of
+    check_logprob_fused.py, which never writes the [n, V] logits (None: its ``use_fused(device)``, on CUDA
+    where triton is importable); False: the torch oracle below."""
     import torch
 
-    from . import compare, runner
+    from . import check_logprob_fused, compare, runner
+
+    if fused if fused is not None else check_logprob_fused.use_fused(device):
+        yield from check_logprob_fused.oracle_chunks(arrays, params, device, chunk_tokens, paths)
+        return
 
     torch_adapter = runner.load_adapter("torch")
     X = torch.as_tensor(arrays["hidden"], device=device).double().reshape(-1, arrays["hidden"].shape[-1])
