@@ -256,13 +256,23 @@ adapter = runner.load_adapter("torch")          # with its own declarations, as 
 globs = f"{fam}.*,loss.*"
 rows = {}
 killed = []
+KILLS = ("fail", "error", "stale-deviation", "not-rejected")
 for dtype in ("float64", "bfloat16"):
-    results = [runner.run_case(adapter, case, dtype, "cpu") for case in runner.select_cases(globs)]
+    results = []
+    # case by case, so that a mutant caught early is not run on to a case where it hangs
+    for case in runner.select_cases(globs):
+        r = runner.run_case(adapter, case, dtype, "cpu")
+        # not-applicable is no verdict; the backend rejects every invalid input, so a mutant that makes
+        # it accept one is caught (validation is its own axis, not a failure, for frameworks)
+        if r.outcome in KILLS:
+            killed.append(f"{r.case_id} ({dtype}): {r.outcome}")
+            break
+        results.append(r)
+    if killed:
+        break
     results += runner.property_results(adapter, dtype, "cpu", globs)
-    for r in runner.RunSummary(results).finalize().results:
-        # not-applicable is no verdict; the backend rejects every invalid input, so a mutant that
-        # makes it accept one is caught (validation is its own axis, not a failure, for frameworks)
-        if r.outcome in ("fail", "error", "stale-deviation", "not-rejected"):
+    for r in runner.RunSummary(results).finalize().results:     # stale rules, once the dtype's run is whole
+        if r.outcome in KILLS:
             killed.append(f"{r.case_id} ({dtype}): {r.outcome}")
             break
         if r.outcome in ("bug", "convention"):

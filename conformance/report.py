@@ -62,6 +62,11 @@ def failure_line(r) -> str:
     return f"{r.outcome} {r.case_id} ({r.dtype}): {last}"
 
 
+# the columns of the run's table: each sums, over the rows, to its count in the run's last line
+TABLE_COLUMNS = ("pass", "fail", "error", "stale-deviation", "bug", "convention", "not-applicable")
+COLUMN_NAMES = {"error": "err", "stale-deviation": "stale", "convention": "conv", "not-applicable": "n/a"}
+
+
 def print_matrix(summary, adapter, device, dtypes):
     from rich.console import Console
     from rich.markup import escape
@@ -70,18 +75,31 @@ def print_matrix(summary, adapter, device, dtypes):
     console = Console()
     table = Table(title=f"pgspec conformance: {escape(adapter.name)} ({escape(adapter.version)}) on {device}, "
                         f"{', '.join(dtypes)}; worst = largest error/bound of the compared cases")
+    verdicts = formula_verdicts(_verdict_rows(summary))
+    unsupported = [fid for fid, v in verdicts.items()
+                   if v["verdict"] == "unsupported" and not any(v["counts"].get(k) for k in TABLE_COLUMNS)]
+    shown = {fid: v for fid, v in verdicts.items() if fid not in unsupported}
+    # the columns the run has (pass always): an empty column is left out, so the table fits a terminal
+    columns = [k for k in TABLE_COLUMNS if k == "pass" or any(v["counts"].get(k) for v in shown.values())]
     table.add_column("formula", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    for k in ("pass", "bug", "convention", "not-applicable"):
-        table.add_column(k.replace("not-applicable", "n/a"), justify="right")
-    for fid, v in formula_verdicts(_verdict_rows(summary)).items():
+    for k in columns:
+        table.add_column(COLUMN_NAMES.get(k, k), justify="right", no_wrap=True)
+    table.add_column("rejects", justify="right", no_wrap=True)
+    for fid, v in shown.items():
+        c = v["counts"]
         text = verdict_text(v)
         style = "red" if v["verdict"] in ("fail", "error", "stale") else (
             "yellow" if v["verdict"] in ("bug", "convention") else "green" if v["verdict"] == "pass" else "dim")
-        c = v["counts"]
+        val = v.get("validation") or {}
+        run = val.get("rejected", 0) + val.get("not-rejected", 0)
         table.add_row(escape(fid), f"[{style}]{escape(text)}[/{style}]",
-                      *[str(c.get(k, 0) or "") for k in ("pass", "bug", "convention", "not-applicable")])
+                      *[str(c.get(k, 0) or "") for k in columns],
+                      f"{val.get('rejected', 0)}/{run}" if run else "")
     console.print(table)
+    if unsupported:
+        console.print(escape(f"not implemented by {adapter.name} ({len(unsupported)} formulas): "
+                             f"{', '.join(unsupported)}"), highlight=False, soft_wrap=True, style="dim")
     bad = _bad(summary)
     for r in bad[:20]:
         console.print(escape(failure_line(r)), style="red", highlight=False, soft_wrap=True)

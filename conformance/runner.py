@@ -1048,17 +1048,26 @@ class RunSummary:
         rejected = sum(1 for r in self.results if r.outcome == "rejected")
         return rejected, rejected + sum(1 for r in self.results if r.outcome == "not-rejected")
 
+    def numeric_counts(self) -> dict:
+        """{outcome: n} over the numeric results (golden cases and property rows; an expected-error
+        case counts here only when it crashed), the counts the run's table adds up to."""
+        count = dict.fromkeys(OUTCOMES, 0)
+        for r in self.results:
+            if not is_validation(r):
+                count[r.outcome] += 1
+        return count
+
     def summary_line(self, name: str) -> str:
         """NAME: the unexpected outcomes first, then the numeric results (cases and property rows), then
         validation: 'trl: 2 fail; numeric: 1190 of 1398 applicable results pass, 12 known bugs (3 root
         causes), 90 conventions, 81 not applicable; validation: rejects 20 of 642 invalid inputs'."""
-        count = {k: sum(1 for r in self.results if r.outcome == k) for k in OUTCOMES}
+        count = self.numeric_counts()
         bug_causes = {(r.declaration["source"], r.declaration["declaration"]) for r in self.results
                       if r.outcome == "bug" and r.declaration}
         bad = [f"{count[k]} {k}" for k in BAD_OUTCOMES if count[k]]
-        numeric = [r for r in self.applicable() if r.outcome not in VALIDATION_OUTCOMES]
+        applicable = sum(v for k, v in count.items() if k not in ("not-applicable", "unsupported"))
         parts = [
-            f"{count['pass']} of {len(numeric)} applicable results pass",
+            f"{count['pass']} of {applicable} applicable results pass",
             f"{_n(count['bug'], 'known bug')} ({_n(len(bug_causes), 'root cause')})",
             _n(count["convention"], "convention"),
             f"{count['not-applicable']} not applicable",
@@ -1066,8 +1075,16 @@ class RunSummary:
         if count["unsupported"]:
             parts.append(f"{count['unsupported']} unsupported")
         rejected, run = self.validation()
+        na = sum(1 for r in self.results if is_validation(r) and r.outcome == "not-applicable")
         head = "; ".join(bad) if bad else "no unexpected result"
-        return f"{name}: {head}; numeric: {', '.join(parts)}; validation: rejects {rejected} of {run} invalid inputs"
+        return (f"{name}: {head}; numeric: {', '.join(parts)}; validation: rejects {rejected} of {run} invalid inputs"
+                + (f" ({na} not applicable)" if na else ""))
+
+
+def is_validation(r) -> bool:
+    """An expected-error case's result that is no crash: validation's own axis (its rejection, or a
+    case that did not run)."""
+    return r.category == "error" and r.outcome not in BAD_OUTCOMES
 
 
 def _n(k: int, word: str) -> str:
