@@ -182,7 +182,11 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
             task = progress.add_task(f"{adapter.name} on {args.device}", total=len(cases) * len(dtypes))
             isolated = getattr(adapter, "run_case", None)
             collector.keep()
-            for dtype in dtypes:
+            for k, dtype in enumerate(dtypes, 1):
+                # what runs now: the dtype, its place among them and the phase (the total counts the golden
+                # cases of every dtype; the property checks follow)
+                progress.update(task, description=f"{adapter.name} on {args.device}: golden cases, {dtype} "
+                                                  f"({k} of {len(dtypes)} dtypes)")
                 if isolated is not None:
                     for case in cases:
                         summary.results.append(_one_case(adapter, isolated, case, dtype, args.device))

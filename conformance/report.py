@@ -101,8 +101,12 @@ def print_matrix(summary, adapter, device, dtypes):
         console.print(escape(f"not implemented by {adapter.name} ({len(unsupported)} formulas): "
                              f"{', '.join(unsupported)}"), highlight=False, soft_wrap=True, style="dim")
     bad = _bad(summary)
+    from .runner import rerun_command
+
     for r in bad[:20]:
         console.print(escape(failure_line(r)), style="red", highlight=False, soft_wrap=True)
+        console.print(escape(f"  rerun: {rerun_command(r.adapter, r.case_id, r.dtype, r.device)}"), style="dim",
+                      highlight=False, soft_wrap=True)
     if len(bad) > 20:
         console.print(f"... and {len(bad) - 20} more (see --report json:PATH)")
     console.print(summary.summary_line(adapter.name), highlight=False, soft_wrap=True)

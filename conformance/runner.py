@@ -976,14 +976,32 @@ def _covering_rules(rules, failed, ratio, within):
 
 def repro_snippet(adapter: str, case_id: str, dtype: str, device: str) -> str:
     """Python that reruns one case as the user ran it: the adapter is loaded by the same built-in
-    name or ``module:object`` spec (run it from the folder you ran pgspec in)."""
+    name or ``module:object`` spec (run it from the folder you ran pgspec in); the case's inputs and
+    parameters are built as the runner gives them, for a call of the implementation under a debugger."""
     spec = LOADED_AS.get(adapter, adapter)
     return (
-        "from pgspec.conformance.runner import load_adapter, load_case, run_case\n"
+        "from pgspec.conformance.runner import adapter_params, case_tensors, load_adapter, load_case, run_case\n"
         f"adapter = load_adapter({spec!r})\n"
         f"case = load_case({case_id!r})\n"
-        f"print(run_case(adapter, case, {dtype!r}, {device!r}))\n"
+        f"inputs = case_tensors(case, {dtype!r}, {device!r})  # the tensors the adapter receives\n"
+        "params = adapter_params(case['formula'], case['params'])  # the parameters, as floats and choices\n"
+        "out = adapter.call(case['formula'], inputs, params)  # the implementation itself (set a breakpoint)\n"
+        f"print(run_case(adapter, case, {dtype!r}, {device!r}))  # the verdict, with the first bad element\n"
     )
+
+
+def rerun_command(adapter: str, case_id: str, dtype: str, device: str) -> str:
+    """The command line that reruns one case (a property row: its formula's property checks)."""
+    import shlex
+
+    spec = LOADED_AS.get(adapter, adapter)
+    target = case_id.split("/", 1)[1] if case_id.startswith("prop.") else case_id
+    parts = ["pgspec", "run", "--adapter", spec, "--formulas", target, "--dtype", dtype]
+    if device != "cpu":
+        parts += ["--device", device]
+    if not case_id.startswith("prop."):
+        parts.append("--no-properties")
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def load_case(case_id: str) -> dict:

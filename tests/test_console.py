@@ -90,3 +90,33 @@ def test_the_columns_add_up_to_the_last_line(tmp_path, adapter):
         # kl.k2 raises everywhere, in the module declared the framework's: every invalid input "rejected"
         (k2,) = [x for x in rows if x["formula"] == "kl.k2"]
         assert k2["verdict"].startswith("ERROR") and re.fullmatch(r"([1-9]\d*)/\1", k2["rejects"])
+
+
+def test_every_failure_line_has_a_rerun_command_that_reruns_it(tmp_path):
+    r = _run(tmp_path, "--adapter", "mymod:three", "--formulas", "kl.k1", "--dtype", "float32", "--no-properties")
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    fails = [i for i, ln in enumerate(lines) if ln.startswith("fail ")]
+    assert fails
+    for i in fails:
+        case_id = lines[i].split()[1]
+        assert lines[i + 1] == (f"  rerun: pgspec run --adapter mymod:three --formulas {case_id} --dtype float32 "
+                                "--no-properties")
+    cmd = lines[fails[0] + 1].split("rerun: ", 1)[1].split()
+    again = subprocess.run([SCRIPT, *cmd[1:]], capture_output=True, text=True, cwd=tmp_path, env=user_env(200))
+    assert again.returncode == 1 and f"fail {lines[fails[0]].split()[1]} (float32)" in again.stdout
+
+
+def test_the_repro_snippet_builds_the_inputs_and_calls_the_implementation(tmp_path):
+    (tmp_path / "mymod.py").write_text(THREE)
+    r = subprocess.run([SCRIPT, "run", "--adapter", "mymod:three", "--formulas", "kl.k1/empty-sequence", "--dtype",
+                        "float64", "--no-properties", "--report", "json:r.json"], capture_output=True, text=True,
+                       cwd=tmp_path, env=user_env(200))
+    import json
+
+    (row,) = [x for x in json.loads((tmp_path / "r.json").read_text())["results"] if x["outcome"] == "fail"]
+    script = row["repro"] + "print('kl' in out, sorted(inputs), params)\n"
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                         env={**user_env(200), "PYTHONPATH": str(tmp_path)})
+    assert run.returncode == 0, run.stderr
+    assert "outcome='fail'" in run.stdout and "True ['logprobs', 'mask', 'ref_logprobs'] {}" in run.stdout
