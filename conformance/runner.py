@@ -155,8 +155,46 @@ def load_adapter(spec: str):
         what = f"it lacks {', '.join(lacking)}" if lacking else "it has no implementations"
         raise RunError(f"adapter {spec!r}: {target} gave {type(adapter).__name__}, which is not an adapter "
                        f"(pgspec.adapters.base.Adapter): {what}")
+    _check_protocol(adapter, spec)
     LOADED_AS[adapter.name] = spec
     return adapter
+
+
+def _check_protocol(adapter, spec: str) -> None:
+    """What an adapter declares is the adapter's to get right, not pgspec's: a value of the wrong type
+    (a name that is no string, ``available()`` returning ``True``, ``capabilities()`` returning
+    ``None``, an unknown dtype) is a RunError naming the adapter and the attribute (exit 2), never an
+    internal error later.  A method that raises is reported where it is called, as before."""
+    from .tolerance import DTYPES
+
+    def bad(what: str, got) -> RunError:
+        return RunError(f"adapter {spec!r}: {what}, got {_short(got)} (pgspec.adapters.base.Adapter)")
+
+    for attr in ("name", "framework", "version"):
+        value = getattr(adapter, attr)
+        if not isinstance(value, str) or not value.strip():
+            raise bad(f"{attr} must be a non-empty string", value)
+    for attr, known in (("dtypes", DTYPES), ("devices", None)):
+        value = getattr(adapter, attr)
+        if not isinstance(value, (tuple, list)) or not value or not all(isinstance(x, str) for x in value):
+            raise bad(f"{attr} must be a non-empty tuple of strings", value)
+        unknown = [x for x in value if known is not None and x not in known]
+        if unknown:
+            raise bad(f"dtypes must be among {', '.join(known)}", unknown)
+    if not isinstance(adapter.implementations, dict):
+        raise bad("implementations must be a dict {formula ID: callable}", adapter.implementations)
+    try:
+        caps = adapter.capabilities()
+    except Exception:  # noqa: BLE001 - reported where the run reads them
+        caps = set()
+    if not isinstance(caps, (set, frozenset, list, tuple)) or not all(isinstance(f, str) for f in caps):
+        raise bad("capabilities() must return a set of formula IDs", caps)
+    try:
+        avail = adapter.available()
+    except Exception:  # noqa: BLE001 - reported where the run asks
+        return
+    if not (isinstance(avail, tuple) and len(avail) == 2 and isinstance(avail[0], bool) and isinstance(avail[1], str)):
+        raise bad("available() must return (ok: bool, why: str)", avail)
 
 
 def _one_line(e: BaseException) -> str:
@@ -227,6 +265,16 @@ def select_cases(formulas: str = "*", problems: list | None = None) -> list[dict
 
         known = ", ".join(sorted(REGISTRY))
         raise RunError(f"no formula or case matches {formulas!r}; formula IDs: {known}{formula_globs_hint(globs, REGISTRY)}")
+    # every glob must match: one that matches nothing beside one that does is a typo, not a smaller run
+    # (a glob of a corrupted family's formulas matches no case only because its file is reported)
+    dead = [g for g in globs
+            if not any(fnmatch.fnmatchcase(c["formula"], g) or fnmatch.fnmatchcase(c["id"], g) for c in chosen)
+            and not (problems and any(fnmatch.fnmatchcase(fid, g.split("/")[0]) for fid in REGISTRY))]
+    if dead:
+        from .suggest import formula_globs_hint
+
+        raise RunError(f"--formulas: {', '.join(repr(g) for g in dead)} matches no formula or case ID (the others "
+                       f"do){formula_globs_hint(dead, REGISTRY)}")
     return chosen
 
 
