@@ -17,13 +17,18 @@ from .verdicts import formula_verdicts, ratio_text, validation_text
 
 
 def matrix(summary, dtypes):
-    """{family: {dtype: {"counts": {outcome: n}, "worst": float|None}}}."""
+    """{family: {dtype: {"counts": {outcome: n}, "worst": float|None, "declared": float|None}}}: the
+    worst error ratio of the results judged as they are (pass, fail, stale) and, apart, of those a
+    declaration explains (bug, convention), so a declared deviation is never drawn as a failure."""
     table = {}
     for r in summary.results:
-        cell = table.setdefault(r.family, {}).setdefault(r.dtype, {"counts": dict.fromkeys(OUTCOMES, 0), "worst": None})
+        cell = table.setdefault(r.family, {}).setdefault(r.dtype, {"counts": dict.fromkeys(OUTCOMES, 0), "worst": None,
+                                                                  "declared": None})
         cell["counts"][r.outcome] += 1
-        if r.error_ratio is not None and r.outcome in ("pass", "fail", "bug", "convention", "stale-deviation"):
-            cell["worst"] = r.error_ratio if cell["worst"] is None else max(cell["worst"], r.error_ratio)
+        key = {"pass": "worst", "fail": "worst", "stale-deviation": "worst", "bug": "declared",
+               "convention": "declared"}.get(r.outcome)
+        if r.error_ratio is not None and key is not None:
+            cell[key] = r.error_ratio if cell[key] is None else max(cell[key], r.error_ratio)
     return table
 
 
@@ -300,6 +305,23 @@ def chart_bars(m, dtypes) -> list[dict]:
     return bars
 
 
+def declared_marks(m, dtypes) -> list[dict]:
+    """The chart's marks for declared deviations (bug, convention): one per (family, dtype) with a
+    declared worst ratio, drawn as a grey diamond apart from the bars (capped at the axis, its value
+    printed when beyond it), so a run that exits 0 shows no failure bar for them."""
+    marks = []
+    for i, fam in enumerate(sorted(m)):
+        for k, d in enumerate(dtypes):
+            w = m[fam].get(d, {}).get("declared")
+            if w is None:
+                continue
+            beyond = not math.isfinite(w) or w > CHART_CAP
+            label = ("nan" if math.isnan(w) else "inf" if not math.isfinite(w) else f"{w:.1e}") if beyond else ""
+            marks.append({"family": fam, "index": i, "dtype": d, "slot": k, "declared": w,
+                          "height": CHART_CAP if beyond else max(w, CHART_FLOOR), "label": label})
+    return marks
+
+
 def _plot_png(summary, dtypes) -> bytes:
     import io
 
@@ -330,6 +352,13 @@ def _plot_png(summary, dtypes) -> bytes:
             ax.annotate(b["label"], (x, b["height"]), xytext=(0, 2), textcoords="offset points", ha="center",
                         va="bottom", fontsize=7, rotation=90 if len(b["label"]) > 3 else 0,
                         color="#b00020" if b["kind"] in ("overflow", "infinite") else "black")
+    for mk in declared_marks(m, dtypes):
+        x = mk["index"] + (mk["slot"] - (len(dtypes) - 1) / 2) * width
+        ax.plot([x], [mk["height"]], marker="D", markersize=6, color="#777777", markeredgecolor="black",
+                linestyle="none", zorder=3)
+        if mk["label"]:
+            ax.annotate(mk["label"], (x, mk["height"]), xytext=(0, -10), textcoords="offset points", ha="center",
+                        va="top", fontsize=6, color="#555555")
     ax.axhspan(CHART_CAP, CHART_CAP * 1000, color="#fde2e4", zorder=0)
     ax.axhline(CHART_CAP, color="#b00020", linestyle=":", linewidth=1)
     ax.axhline(1.0, color="red", linestyle="--", linewidth=1)
@@ -344,6 +373,8 @@ def _plot_png(summary, dtypes) -> bytes:
         plt.Line2D([], [], color="red", linestyle="--", label="bound (error ratio 1)"),
         Patch(facecolor="white", edgecolor="#b00020", hatch="////", label=f"beyond {CHART_CAP:.0e} (value printed)"),
         Patch(facecolor="white", edgecolor="#b00020", hatch="xxxx", label="infinite (inf or NaN)"),
+        plt.Line2D([], [], marker="D", color="#777777", markeredgecolor="black", linestyle="none",
+                   label="declared bug / convention (worst ratio)"),
     ]
     # the legend sits outside the axes, right of the bars, so it never covers one
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
@@ -362,19 +393,23 @@ def to_html(summary, adapter, device, dtypes) -> str:
     h = _header(adapter, device, dtypes)
     m = matrix(summary, dtypes)
     png = base64.b64encode(_plot_png(summary, dtypes)).decode()
+    verdicts = formula_verdicts(_verdict_rows(summary))
+    lacking = [fid for fid, v in verdicts.items()
+               if v["verdict"] == "unsupported" and not any(v["counts"].get(k) for k in TABLE_COLUMNS)]
     rows = []
-    for fam in sorted(m):
-        cells = []
-        for d in dtypes:
-            cell = m[fam].get(d)
-            if cell is None:
-                cells.append("<td>-</td>")
-                continue
-            c = cell["counts"]
-            bad = c["fail"] + c["error"] + c["stale-deviation"]
-            cls = "bad" if bad else ("dev" if c["bug"] + c["convention"] else "ok")
-            cells.append(f'<td class="{cls}">{html.escape(cell_text(cell))}</td>')
-        rows.append(f"<tr><th>{html.escape(fam)}</th>{''.join(cells)}</tr>")
+    for fid, v in verdicts.items():
+        if fid in lacking:
+            continue
+        c = v["counts"]
+        cls = {"fail": "bad", "error": "bad", "stale": "bad", "bug": "dev", "convention": "dev",
+               "pass": "ok"}.get(v["verdict"], "na")
+        val = v.get("validation") or {}
+        run = val.get("rejected", 0) + val.get("not-rejected", 0)
+        cells = "".join(f"<td>{c.get(k, 0) or ''}</td>" for k in TABLE_COLUMNS)
+        rejects = f"{val.get('rejected', 0)}/{run}" if run else ""
+        rows.append(f'<tr><th><code>{html.escape(fid)}</code></th><td class="{cls}">{html.escape(verdict_text(v))}</td>'
+                    f"{cells}<td>{html.escape(ratio_text(v['worst_ratio']))}</td>"
+                    f"<td>{rejects}</td></tr>")
     notable = [r for r in summary.results if r.outcome not in ("pass", "unsupported", "not-applicable")]
     details = []
     for r in notable:
@@ -386,24 +421,32 @@ def to_html(summary, adapter, device, dtypes) -> str:
             f"<h3><code>{html.escape(r.case_id)}</code> ({r.dtype}): {r.outcome}</h3>{dev}"
             f"<pre>{html.escape(r.message.strip())}</pre><p>Reproduce:</p><pre>{html.escape(r.repro.strip())}</pre>"
         )
-    totals = ", ".join(f"{sum(1 for r in summary.results if r.outcome == k)} {k}" for k in OUTCOMES)
+    heads = "".join(f"<th>{html.escape(COLUMN_NAMES.get(k, k))}</th>" for k in TABLE_COLUMNS)
+    lacking_text = (f"<p>Not implemented by {html.escape(adapter.name)} ({len(lacking)} formulas): "
+                    f"{html.escape(', '.join(lacking))}.</p>") if lacking else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title(h))}</title>
 <style>
 body {{ font-family: sans-serif; margin: 2em; max-width: 70em; }}
 table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #999; padding: 0.3em 0.7em; text-align: left; }}
 td.ok {{ background: #dff0d8; }} td.bad {{ background: #f2dede; }} td.dev {{ background: #fcf8e3; }}
+td.na {{ color: #777; }} img {{ max-width: 100%; height: auto; }}
 pre {{ background: #f6f6f6; padding: 0.6em; overflow-x: auto; }}
 </style></head><body>
 <h1>{html.escape(title(h))}</h1>
 <p><strong>{html.escape(summary.summary_line(adapter.name))}</strong></p>
 <p>{html.escape(h['framework'])} ({html.escape(h['version'])}) on {html.escape(device)};
 golden corpus pgspec {html.escape(h['golden']['pgspec'])}, mpmath {html.escape(h['golden']['mpmath'])}, dps {h['golden']['dps']}.</p>
-<p>Totals: {html.escape(totals)}. Each cell gives outcome counts and the worst error ratio (error / bound; below 1 passes).</p>
-<table><tr><th>family</th>{''.join(f'<th>{html.escape(d)}</th>' for d in dtypes)}</tr>
+<p>One row per formula, as the conformance matrix (spec/verdicts.md): the verdict over every dtype and the
+property checks, the numeric results by outcome (they add up to the line above), the worst error ratio
+(error / bound; below 1 passes) and, apart, how many of its invalid inputs the framework rejects.</p>
+<table><tr><th>formula</th><th>verdict</th>{heads}<th>worst</th><th>rejects</th></tr>
 {''.join(rows)}
 </table>
+{lacking_text}
 <h2>Error ratio per family and dtype</h2>
+<p>Bars: the worst ratio of the results judged as they are; grey diamonds: the worst ratio of the results a
+declared rule explains (known bugs and conventions), drawn apart from failures.</p>
 <img alt="worst error ratio per family and dtype" src="data:image/png;base64,{png}">
 <h2>Failures, errors and deviations</h2>
 {''.join(details) or '<p>None.</p>'}

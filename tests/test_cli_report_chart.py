@@ -46,3 +46,32 @@ def test_html_report_of_a_run_with_an_infinite_ratio_embeds_the_chart(tmp_path):
     page = (tmp_path / "out.html").read_text()
     png = base64.b64decode(re.search(r'src="data:image/png;base64,([^"]+)"', page).group(1))
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_declared_deviations_are_marks_apart_from_the_bars():
+    """A run that exits 0 with a declared convention of ratio inf draws no failure bar for it: the chart's
+    bars are the results judged as they are, and the declared worst ratio is a mark of its own."""
+    s = summary_with({("kl", "float64"): 0.5})
+    s.results.append(runner.CaseResult("demo", "1", "cpu", "float64", "kl.x/d", "kl.x", "kl", "c", "convention",
+                                       error_ratio=math.inf))
+    s.results.append(runner.CaseResult("demo", "1", "cpu", "float32", "loss.x/d", "loss.x", "loss", "c", "bug",
+                                       error_ratio=40.0))
+    m = report.matrix(s, DTYPES)
+    bars = {(b["family"], b["dtype"]): b for b in report.chart_bars(m, DTYPES)}
+    assert bars[("kl", "float64")]["worst"] == 0.5 and ("loss", "float32") not in bars
+    marks = {(k["family"], k["dtype"]): k for k in report.declared_marks(m, DTYPES)}
+    assert marks[("kl", "float64")]["label"] == "inf" and marks[("kl", "float64")]["height"] == report.CHART_CAP
+    assert marks[("loss", "float32")]["declared"] == 40.0 and marks[("loss", "float32")]["label"] == ""
+
+
+def test_the_html_report_is_per_formula_and_its_chart_fits_the_page(tmp_path):
+    from test_cli import MYMOD, pgspec
+
+    (tmp_path / "mymod.py").write_text(MYMOD)
+    r = pgspec("run", "--adapter", "mymod:adapter", "--formulas", "ratio.token,kl.k1", "--dtype", "float64",
+               "--no-properties", "--report", "html:out.html", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = (tmp_path / "out.html").read_text()
+    assert "<th>formula</th><th>verdict</th><th>pass</th>" in text and "<code>ratio.token</code>" in text
+    assert "img { max-width: 100%; height: auto; }" in text
+    assert re.search(r"Not implemented by mine \(\d+ formulas\): .*kl\.k1", text)
