@@ -354,9 +354,13 @@ def kl_term_sample_mean(case: dict) -> bool:
 
 
 def opsm_sequence_gate_on_token_advantages(case: dict) -> bool:
-    """The case sets OPSM (``opsm_delta`` not null), gives per-token advantages ([B,T]) and gates a
-    sequence by its mean advantage (``opsm_advantage_gate = sequence_mean``): an implementation that
-    gates each token by its own advantage (``token``) reads the same inputs another way."""
+    """The case sets OPSM (a ``loss.*`` case with ``opsm_delta`` not null, or a ``mask.opsm`` case),
+    gives per-token advantages ([B,T]) and gates a sequence by its mean advantage
+    (``opsm_advantage_gate``, for ``mask.opsm`` ``advantage_gate``, = ``sequence_mean``): an
+    implementation that gates each token by its own advantage (``token``) reads the same inputs
+    another way."""
     params = _params(case)
+    if case.get("formula") == "mask.opsm":
+        return params.get("advantage_gate") == "sequence_mean" and per_token_advantages(case)
     return (params.get("opsm_delta") is not None and params.get("opsm_advantage_gate") == "sequence_mean"
             and per_token_advantages(case))

@@ -152,8 +152,9 @@ def _loss_fn(**cfg):
 
 
 def _run_loss(fn, lp, old, mask, adv, *, gen=None, ref=None, valid_seqs, valid_toks, mask_grad=False,
-              sample_grad=False):
-    """Call NeMo-RL's loss; return (loss, float token mask, float sample mask, curr log-probs)."""
+              sample_grad=False, metrics=None):
+    """Call NeMo-RL's loss; return (loss, float token mask, float sample mask).  ``metrics``, a dict,
+    receives the loss's own metrics."""
     import torch
 
     dt = lp.dtype
@@ -170,6 +171,8 @@ def _run_loss(fn, lp, old, mask, adv, *, gen=None, ref=None, valid_seqs, valid_t
     }
     loss, _metrics = fn(lp, data, global_valid_seqs=torch.tensor(float(valid_seqs), dtype=dt),
                         global_valid_toks=torch.tensor(float(valid_toks), dtype=dt))
+    if metrics is not None:
+        metrics.update(_metrics)
     return loss, token_mask, sample_mask
 
 
@@ -338,7 +341,10 @@ def _is(fid):
 
 def mask_geometric_sequence(inputs, params):
     """seq-mask-tis: NeMo-RL zeroes the token IS weights of a sequence whose geometric-mean ratio
-    exp(mean(prev - gen)) leaves [min, max]; the sequence is kept when some weight survives."""
+    exp(mean(prev - gen)) leaves [min, max].  The keep decision is read, one sequence at a time,
+    from the loss's own metric is_oob_ratio = masked_mean(1 - seq_kept_mask, sample_mask, 1): 0 for
+    a kept sequence, 1 / (1 + 1e-8) for a dropped one (an empty row included, which has no token
+    weight to read the decision from)."""
     import torch
 
     fid = "mask.geometric_sequence"
@@ -350,14 +356,16 @@ def mask_geometric_sequence(inputs, params):
                   truncated_importance_sampling_ratio=_param(params, fid, "upper"),
                   # seq-mask-tis needs a lower bound; a geometric ratio is positive, so 0 is none
                   truncated_importance_sampling_ratio_min=_param(params, fid, "lower") or 0.0)
-    cur = torch.zeros_like(old).requires_grad_(True)
-    minus_one = torch.full((old.shape[0],), -1.0, dtype=old.dtype, device=old.device)
-    with torch.enable_grad():
-        loss, _, _ = _run_loss(fn, cur, old, m, minus_one, gen=mu, valid_seqs=1.0, valid_toks=1.0)
-        (w,) = torch.autograd.grad(loss, [cur], allow_unused=True)
-    w = torch.zeros_like(old) if w is None else w
-    seq_keep = (torch.where(m, w, torch.zeros_like(w)) != 0).any(-1)
-    return {"seq_keep": seq_keep}
+    keep = []
+    for b in range(old.shape[0]):
+        o, g, mb = old[b:b + 1], mu[b:b + 1], m[b:b + 1]
+        minus_one = torch.full((1,), -1.0, dtype=old.dtype, device=old.device)
+        metrics = {}
+        with torch.no_grad():
+            _run_loss(fn, torch.zeros_like(o), o, mb, minus_one, gen=g, valid_seqs=1.0, valid_toks=1.0,
+                      metrics=metrics)
+        keep.append(float(metrics["is_oob_ratio"]) < 0.5)
+    return {"seq_keep": torch.tensor(keep, dtype=torch.bool, device=old.device)}
 
 
 # ------------------------------------------------------------------------------------------ adv

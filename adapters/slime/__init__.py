@@ -215,23 +215,26 @@ def _kl(fid):
 
 def mask_opsm(inputs, params):
     """compute_opsm_mask with the sampler's log-probs as the "old" ones (slime passes the rollout
-    log-probs with --use-rollout-logprobs) and each sequence's advantage on every token."""
+    log-probs with --use-rollout-logprobs).  slime gates each token by its own advantage
+    (``advantage < 0`` on the per-token tensor: ``advantage_gate = token``); a per-sequence advantage
+    is put on every token of its row, where the two gates agree.  A sequence is kept when every one
+    of its unmasked tokens is."""
     import torch
 
     ppo, _, _ = _modules()
     fid = "mask.opsm"
     lp, mu, m = _compute(inputs["logprobs"]), _compute(inputs["sampler_logprobs"]), inputs["mask"]
     adv = _compute(inputs["advantages"])
-    if adv.dim() != 1:
-        _unsupported(fid, "per-token advantages")
     B, T = lp.shape
     if T == 0:
         _unsupported(fid, "rows of length 0: slime samples have at least one response token")
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(-1).expand(B, T)
     mf = m.to(lp.dtype)
     keep, _ = ppo.compute_opsm_mask(Namespace(opsm_delta=_param(params, fid, "delta")), _rows(lp), _rows(mu),
-                                    _rows(adv.unsqueeze(-1).expand(B, T)), _rows(mf))
-    keep = keep.reshape(B, T)
-    return {"seq_keep": keep[:, 0] != 0, "keep": (keep != 0) & m}
+                                    _rows(adv), _rows(mf))
+    keep = keep.reshape(B, T) != 0
+    return {"seq_keep": (keep | ~m).all(-1), "keep": keep & m}
 
 
 # ------------------------------------------------------------------------------------------ agg

@@ -93,6 +93,8 @@ def _length_adapter(ctx, fid, ex):
         r = ref(fid, ex["inputs"], ex["params"])
         out1, _, _ = call(ctx, fid, ex["inputs"], ex["params"])
         name = REGISTRY[fid].outputs[0].name if fid.startswith("ratio.") else "seq_ratio"
+        if name not in out1 or name not in out:
+            return ctx.worst   # an adapter that does not produce the ratio is judged on what it produces (above)
         a = _pylist(out1[name])
         b = _pylist(out[name])
         for i, (x, y) in enumerate(zip(a, b)):
