@@ -400,23 +400,25 @@ class FormulaConformanceDirective(SphinxDirective):
                                  nodes.Text("; README, \"Golden verify, comparison and production-size checks\")."))
             if data is not None:
                 row = data.get("formulas", {}).get(f.id, {})
-                rows = []
+                from pgspec.conformance.verdicts import validation_text
+
+                rows, lacking = [], []
                 for name in sorted(frameworks):
                     fw = frameworks[name]
                     v = row.get(name)
                     version = str(fw.get("version", ""))
                     if v is None:
-                        rows.append([name, version, "not run", "", "", "", ""])
+                        lacking.append([name, version, "not run", "", "", "", ""])
                         continue
-                    # expected-error cases (bad input the spec rejects) are counted apart from the verdict
-                    names = {"pass": "rejected", "fail": "not rejected"}
-                    validation = _counts_text({names.get(k, k): n for k, n in v["validation"].items()}) \
-                        if v.get("validation") else "-"
-                    rows.append([name, version, _verdict_cell(v), _counts_text(v.get("counts", {})),
-                                 _ratio_text(v.get("worst_ratio")), validation, _details(v)])
+                    # validation (bad input the spec rejects) is its own axis: "rejects R of E"
+                    out_row = [name, version, _verdict_cell(v), _counts_text(v.get("counts", {})),
+                               _ratio_text(v.get("worst_ratio")), validation_text(v), _details(v)]
+                    # the frameworks that implement the formula first, those that lack it after them
+                    (lacking if v.get("verdict") == "unsupported" else rows).append(out_row)
+                rows += lacking
                 if rows:
                     section += _table(["framework", "version", "verdict", "cases (case, dtype)", "worst error ratio",
-                                       "expected errors", "reason / declared root causes"], rows,
+                                       "validation", "reason / declared root causes"], rows,
                                       widths=[10, 9, 11, 15, 8, 10, 37], classes=["pgspec-conformance-row"])
                 else:
                     section += _para(nodes.Text("No framework has results for this formula."))
