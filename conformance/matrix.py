@@ -33,6 +33,14 @@ def corpus_digest(directory: Path = golden.GOLDEN_DIR) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
+WITHDRAWN_LINE = re.compile(r"^- status: withdrawn ", re.M)
+
+
+def withdrawn(path: Path) -> bool:
+    """A report page that withdraws a recorded run it could not remake (its reason on the page)."""
+    return path.exists() and WITHDRAWN_LINE.search(path.read_text()) is not None
+
+
 def committed_digest(path: Path) -> str | None:
     m = DIGEST_LINE.search(path.read_text()) if path.exists() else None
     return m.group(1) if m else None

@@ -31,5 +31,10 @@ def test_every_committed_report_names_the_current_corpus():
     digest = matrix.corpus_digest()
     reports = sorted(p for p in DOCS.glob("*.md") if p.name != "matrix.md")
     assert len(reports) >= len(ADAPTERS)
-    stale = [p.name for p in reports if matrix.committed_digest(p) != digest]
+    # a page that withdraws a recording it could not remake carries no verdict to be stale
+    withdrawn = [p for p in reports if matrix.withdrawn(p)]
+    assert all(matrix.committed_digest(p) is None for p in withdrawn)
+    # (only Fast-LLM's, whose Python 3.12 worker needs a torch build these machines cannot install)
+    assert {p.name for p in withdrawn} <= {"fast_llm.md", "fast_llm-pr502.md"}, [p.name for p in withdrawn]
+    stale = [p.name for p in reports if p not in withdrawn and matrix.committed_digest(p) != digest]
     assert not stale, f"made from another golden corpus (rerun them and commit docs/conformance/): {stale}"
