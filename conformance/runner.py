@@ -719,18 +719,10 @@ def start_case(adapter, case: dict, dtype: str, device: str, *, capabilities=Non
         result.outcome = "unsupported"
         result.message = f"{adapter.name} does not support {dtype}"
         return result
-    unreachable = decl.unsupported_case(case)
-    if unreachable is not None:
-        result.outcome = "unsupported"
-        result.message = unreachable.reason
-        result.declaration = unreachable.summary()
-        return result
-    outside = decl.not_applicable(case)
-    if outside is not None:
-        result.outcome = "not-applicable"
-        result.message = outside.reason
-        result.declaration = outside.summary()
-        return result
+    for outcome, declared in (("unsupported", decl.unsupported_case(case)), ("not-applicable", decl.not_applicable(case))):
+        if declared is not None:    # the adapter cannot reach the case, or the framework cannot express it
+            result.outcome, result.message, result.declaration = outcome, declared.reason, declared.summary()
+            return result
     if dtype == "float16" and not case.get("expect_error"):
         why = float16_inexact(case)
         if why:
