@@ -282,6 +282,15 @@ NOT_DATA = {
     ("_evaluate.py", "convert_inputs", "unknown input"): "the golden format stores each input by its registry "
                                                          "declaration (spec/golden-format.md), so a case cannot "
                                                          "hold an unknown input name",
+    ("_evaluate.py", "convert_inputs", "elements (shape"): "the size limit of one evaluation (MAX_ELEMENTS, "
+                                                          "1,000,000 elements per input): the corpus's largest "
+                                                          "input has 65,536, and a case past the limit could not "
+                                                          "be evaluated to be stored",
+    ("_evaluate.py", "_shape", "nested deeper"): "a recursion guard: an input nested two or more levels beyond "
+                                                 "its rank, or a list that contains itself (which no JSON "
+                                                 "document holds), is refused before the shape check; one level "
+                                                 "too deep is data and reaches the shape check's error (the "
+                                                 "error-*-shape cases)",
     ("_evaluate.py", "_leaf", "must be a real number"): "the golden format stores a real input as decimal strings "
                                                          "(spec/golden-format.md), so a case cannot hold a "
                                                          "non-number there",

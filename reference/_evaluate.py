@@ -10,6 +10,11 @@ from ._errors import SpecError
 from ._registry import Formula, get
 
 DEFAULT_DPS = 60
+# the documented limits of one evaluation (README, "Bad input"): the precision, and the elements of one
+# input (the corpus's largest input has 65,536; mpmath takes about a millisecond an element and more
+# memory than the input itself, so 10^7 elements would run for hours instead of refusing)
+MAX_DPS = 1000
+MAX_ELEMENTS = 1_000_000
 
 
 def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: int = DEFAULT_DPS,
@@ -32,8 +37,8 @@ def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: 
     if params is not None and not isinstance(params, dict):
         raise SpecError(f"{formula_id}: params must be a dict of parameter name -> value (or None), "
                         f"got {type(params).__name__} {params!r}")
-    if not isinstance(dps, int) or isinstance(dps, bool) or dps < 15:
-        raise SpecError(f"dps must be an integer >= 15, got {dps!r}")
+    if not isinstance(dps, int) or isinstance(dps, bool) or not 15 <= dps <= MAX_DPS:
+        raise SpecError(f"dps must be an integer from 15 to {MAX_DPS}, got {dps!r}")
     if not isinstance(inputs, dict):
         raise SpecError(f"{formula_id}: inputs must be a dict of input name -> nested list, got {type(inputs).__name__}")
     with mp.workdps(dps):
@@ -113,7 +118,15 @@ def convert_inputs(f: Formula, inputs: dict, track_all: bool = False):
                 expected = " or ".join("[" + ",".join(map(str, s)) + "]" for s in spec.shapes)
                 raise SpecError(f"{f.id}: missing input {spec.name!r} (expected shape {expected})")
             continue
-        shape = _shape(inputs[spec.name], spec.name, f.id)
+        # one level beyond the rank is left to the shape check (data a case can hold); two are refused here
+        shape = _shape(inputs[spec.name], spec.name, f.id, limit=max(len(s) for s in spec.shapes) + 1)
+        size = 1
+        for n in shape:
+            size *= n
+        if size > MAX_ELEMENTS:
+            raise SpecError(f"{f.id}: input {spec.name!r} has {size:,} elements (shape {list(shape)}); the reference "
+                            f"evaluates at most {MAX_ELEMENTS:,} per input (about a millisecond each): split the batch, "
+                            "or judge a production-size kernel with pgspec check")
         shapes[spec.name] = _match_shape(f, spec, shape, dims)
     mask = None
     mask_name = f.mask_input
@@ -150,8 +163,15 @@ def _is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _shape(x, name, fid, path=()):
+def _shape(x, name, fid, path=(), limit=None):
+    """The shape of a nested list (ragged: SpecError).  ``limit``: the most levels the input may have
+    (its declared rank); deeper nesting, a list that contains itself included, is a SpecError naming
+    the input, never a RecursionError."""
     if isinstance(x, (list, tuple)):
+        if limit is not None and len(path) >= limit:
+            where = "".join(f"[{i}]" for i in path)
+            raise SpecError(f"{fid}: input {name!r} is nested deeper than its shape allows (its rank is "
+                            f"{limit - 1}): {name}{where} is a list, where a number belongs")
         if not x:
             return (0,)
         for item in x:
@@ -159,7 +179,7 @@ def _shape(x, name, fid, path=()):
                 break
         else:  # a row of numbers (each of shape ()): the common, long case, without a call per element
             return (len(x),)
-        subs = [_shape(item, name, fid, path + (k,)) for k, item in enumerate(x)]
+        subs = [_shape(item, name, fid, path + (k,), limit) for k, item in enumerate(x)]
         first = subs[0]
         for k, s in enumerate(subs):
             if s != first:

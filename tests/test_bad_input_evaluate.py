@@ -179,9 +179,41 @@ def test_wrong_rank_names_the_expected_shape(value):
     assert msg.startswith("kl.k1: input 'ref_logprobs' must have shape [B,T] with B=") and "got shape [" in msg
 
 
-@pytest.mark.parametrize("dps", [14, 0, -1, 15.0, "60", None, True], ids=repr)
+@pytest.mark.parametrize("dps", [14, 0, -1, 15.0, "60", None, True, 1001, 10 ** 9], ids=repr)
 def test_bad_dps(dps):
-    assert spec_error("kl.k1", {}, dps=dps) == f"dps must be an integer >= 15, got {dps!r}"
+    assert spec_error("kl.k1", {}, dps=dps) == f"dps must be an integer from 15 to 1000, got {dps!r}"
+
+
+def _nested(depth):
+    x = [-1.0]
+    for _ in range(depth):
+        x = [x]
+    return x
+
+
+def _cycle():
+    a = []
+    a.append(a)
+    return a
+
+
+@pytest.mark.parametrize("value", [_nested(3), _nested(5000), _cycle(), [[-1.0, [[-2.0]]]]],
+                         ids=["3-deep", "5000-deep", "contains-itself", "ragged-deep"])
+def test_an_input_nested_far_beyond_its_rank_is_refused_not_a_recursion_error(value):
+    inputs = {"logprobs": value, "ref_logprobs": [[-2.0]], "mask": [[True]]}
+    msg = spec_error("kl.k1", inputs)
+    assert msg.startswith("kl.k1: input 'logprobs' is nested deeper than its shape allows (its rank is 2)"), msg
+
+
+def test_one_level_too_deep_is_the_shape_checks_error():
+    msg = spec_error("kl.k1", {"logprobs": [[[-1.0]]], "ref_logprobs": [[-2.0]], "mask": [[True]]})
+    assert "must have shape" in msg, msg
+
+
+def test_an_input_beyond_the_size_limit_is_refused_before_any_work():
+    big = [[0.0] * 1001] * 1000      # 1,001,000 elements (shared rows: built in no time)
+    msg = spec_error("kl.k1", {"logprobs": big, "ref_logprobs": big, "mask": [[True] * 1001] * 1000})
+    assert "has 1,001,000 elements (shape [1000, 1001]); the reference evaluates at most 1,000,000" in msg
 
 
 PARAMS = [
