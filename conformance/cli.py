@@ -587,7 +587,9 @@ def _main(argv) -> int:
     from .gcpause import gc_paused
 
     with gc_paused():   # the reference and the runner: modules, long-lived, no cycles to collect
+        from .declarations import DeclarationError
         from .golden import GoldenError
+        from .namemap import PresetError
         from .runner import RunError
 
     try:
@@ -597,7 +599,9 @@ def _main(argv) -> int:
     except BrokenPipeError:     # a write that did not go through sys.stdout: the reader has what it wanted
         _stdout_to_devnull()
         return 0
-    except (RunError, GoldenError) as e:
+    except (RunError, GoldenError, PresetError, DeclarationError) as e:
+        # a usage error, or a contributor's file (a presets or declarations file) that is malformed: the
+        # message names the file and the line; not pgspec's bug
         print(f"pgspec {args.command}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -70,7 +70,9 @@ def load_file(path: Path) -> list[Preset]:
 
     shown = f"conformance/presets/{path.name}"
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise PresetError(f"{shown}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except tomllib.TOMLDecodeError as e:
         raise PresetError(f"{shown}: not valid TOML: {e}") from None
     unknown = set(data) - _FILE_KEYS

@@ -4,6 +4,8 @@ glob that matches nothing is never dropped silently."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pgspec.adapters.base import Adapter
@@ -61,3 +63,31 @@ def test_globs_that_all_match_select_their_union():
     both = runner.select_cases("kl.k3,kl.k1/empty-sequence")
     assert {c["formula"] for c in both} == {"kl.k3", "kl.k1"}
     assert [c["id"] for c in both if c["formula"] == "kl.k1"] == ["kl.k1/empty-sequence"]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (b'\n[[preset]]\nconfig = "x"\nrecipe = "loss.grpo"\nparams = { eps_low = "abc" }\nlink = "l"\n',
+     r"verl\.toml: \[\[preset\]\] #\d+: loss\.grpo: parameter 'eps_low' must be real"),
+    (b"\n[[preset]\n", r"verl\.toml: not valid TOML"),
+    (b"\xff\xfe", r"verl\.toml: not UTF-8 text"),
+    (b'\n[[preset]]\nconfig = "x"\nrecipe = "loss.nope"\nlink = "l"\n', r"recipe 'loss\.nope' is not a loss\.\* recipe"),
+    (b'\nsurprise = 1\n', r"verl\.toml: .*unknown key"),
+])
+def test_a_malformed_presets_file_is_a_usage_error_naming_it(tmp_path, monkeypatch, capsys, damage, message):
+    """A contributor's presets file is checked where it is read: exit 2 naming the file and the preset,
+    never exit 3 'internal error'."""
+    import shutil
+
+    from pgspec.conformance import cli, namemap
+
+    presets = tmp_path / "presets"
+    shutil.copytree(namemap.PRESETS_DIR, presets)
+    with open(presets / "verl.toml", "ab") as f:
+        f.write(damage)
+    monkeypatch.setattr(namemap, "PRESETS_DIR", presets)
+    monkeypatch.setenv("PGSPEC_JOBS", "1")
+    code = cli.main(["golden", "verify"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert re.search(message, err), err
+    assert "internal error" not in err
