@@ -554,6 +554,27 @@ ISSUES_URL = "the pgspec issue tracker"
 EXIT_INTERNAL = 3
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job's timeout, ``kill``): raised where the program is, like Ctrl-C, so that every
+    ``finally`` runs and a ``--python`` worker or a process pool is ended with pgspec."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
+def _handle_sigterm():
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):   # not settable here (an embedding interpreter): the default stays
+        return None
+
+
 def main(argv=None) -> int:
     """Exit codes: 0 success; 1 conformance failures (fail, error, stale deviation); 2 a usage or input
     error, or a limit of the environment such as a full disk or out of memory (one line on stderr, no
@@ -592,6 +613,7 @@ def _main(argv) -> int:
         from .namemap import PresetError
         from .runner import RunError
 
+    previous = _handle_sigterm()
     try:
         code = args.func(args)
         sys.stdout.flush()      # a reader that closed the pipe is told here, not at the interpreter's exit
@@ -604,9 +626,10 @@ def _main(argv) -> int:
         # message names the file and the line; not pgspec's bug
         print(f"pgspec {args.command}: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"pgspec {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:     # Ctrl-C, or SIGTERM (Terminated): the workers were closed on the way out
+        terminated = isinstance(e, Terminated)
+        print(f"pgspec {args.command}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
     except OSError as e:  # the environment (a full disk, a permission), not a bug
         where = f": {e.filename}" if e.filename else ""
         print(f"pgspec {args.command}: {e.strerror or e}{where}", file=sys.stderr)
@@ -631,6 +654,11 @@ def _main(argv) -> int:
         else:
             print(text + f"please report this traceback to {ISSUES_URL}", file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        if previous is not None:    # main() called in-process (tests, an embedding program): as it was
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
 
 
 class _PipeSafe:

@@ -70,3 +70,39 @@ def test_the_first_ctrl_c_stops_golden_at_once_with_one_line(tmp_path, action):
     while _group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _group_alive(proc.pid), "a worker process outlived the command"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+def test_sigterm_ends_the_run_and_its_worker_with_one_line(tmp_path):
+    """SIGTERM to pgspec (what a CI job's timeout sends, to pgspec alone) used to leave the --python
+    worker running after pgspec exited; now pgspec closes it and exits 143 with one line."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    proc = subprocess.Popen([SCRIPT, "run", "--adapter", "torch", "--python", sys.executable, "--no-properties"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _children(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workers = _children(proc.pid)
+        assert workers, "the worker did not start"
+        time.sleep(3.0)     # the worker has loaded the adapter and runs cases
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 143, (proc.returncode, err[-3000:])
+    assert err.strip().splitlines()[-1] == "pgspec run: terminated", err[-3000:]
+    deadline = time.monotonic() + 10
+    while any(_running(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(w) for w in workers), "the worker outlived pgspec"
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is no zombie (a zombie has ended; its parent, gone, cannot reap it)."""
+    try:
+        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
