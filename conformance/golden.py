@@ -259,9 +259,12 @@ def _generate_records(cases: list, progress=None, cache: bool = True, reuse: boo
 
 
 def _ignore_sigint():
+    """A pool worker: Ctrl-C is the parent's to act on, and SIGTERM (how the parent's pool ends its
+    workers) ends the worker at once, with the default action, not pgspec's handler forked from it."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _generate_indexed(item):
