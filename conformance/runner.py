@@ -10,7 +10,6 @@ expects a mismatch never absorbs a crash.  A crash in one case never stops the r
 from __future__ import annotations
 
 import fnmatch
-import importlib
 import json
 import math
 import traceback
@@ -21,34 +20,15 @@ from functools import lru_cache
 from pgspec.reference import REGISTRY
 
 from . import compare, golden
+from .classification import (BAD_OUTCOMES, OUTCOMES, VALIDATION_OUTCOMES, _failed_keys, classify,  # noqa: F401
+                             is_validation)
+from .loading import (ADAPTER_ATTRIBUTES, BUILTIN_ADAPTERS, LOADED_AS, TORCH_MISSING, RunError,  # noqa: F401
+                      _check_protocol, _current_folder_importable, _one_line, _torch_missing, load_adapter)
 from .origin import ORIGIN_TEXT, exception_record
+from .outputs import (ACCEPTED_DTYPES, MalformedOutput, _short, check_grads, check_outputs,  # noqa: F401
+                      float16_inexact)
 from .compare import TORCH_DTYPES, to_tensors  # noqa: F401 - the call convention, re-exported
 from .compare import objective as _objective
-
-OUTCOMES = ("pass", "fail", "error", "bug", "convention", "not-applicable", "unsupported", "stale-deviation",
-            "rejected", "not-rejected")
-BAD_OUTCOMES = ("fail", "error", "stale-deviation")
-# the outcomes of an expected-error case (spec/verdicts.md, "Validation"): its own axis, never a rule's
-VALIDATION_OUTCOMES = ("rejected", "not-rejected")
-
-BUILTIN_ADAPTERS = {
-    "torch": "pgspec.adapters.torch:make_adapter",
-    "trl": "pgspec.adapters.trl:make_adapter",
-    "liger": "pgspec.adapters.liger:make_adapter",
-    "verl": "pgspec.adapters.verl:make_adapter",
-    "openrlhf": "pgspec.adapters.openrlhf:make_adapter",
-    "skyrl": "pgspec.adapters.skyrl:make_adapter",
-    "areal": "pgspec.adapters.areal:make_adapter",
-    "nemo_rl": "pgspec.adapters.nemo_rl:make_adapter",
-    "slime": "pgspec.adapters.slime:make_adapter",
-    "megatron": "pgspec.adapters.megatron:make_adapter",
-    "fast_llm": "pgspec.adapters.fast_llm:make_adapter",
-}
-
-
-class RunError(Exception):
-    """A usage error of the runner (unknown adapter, bad glob, unavailable device): exit code 2."""
-
 
 @dataclass
 class CaseResult:
@@ -88,138 +68,6 @@ class CaseResult:
 
 
 _CASE_RESULT_FIELDS = tuple(f.name for f in fields(CaseResult))
-
-ADAPTER_ATTRIBUTES = ("name", "framework", "version", "dtypes", "devices", "capabilities", "call", "available",
-                      "device_available")
-
-
-# `pip install pgspec` without the torch extra, then `pgspec run`: one line that says what to do
-# (it said only "No module named 'torch'")
-TORCH_MISSING = ("PyTorch is not installed in this interpreter; in the pgspec checkout: "
-                 "pip install -c constraints.txt -e \".[torch]\" (the CPU build; README, Install)")
-
-
-def _torch_missing(e: BaseException) -> bool:
-    return isinstance(e, ImportError) and (e.name or "").split(".")[0] == "torch"
-
-
-def load_adapter(spec: str):
-    """An adapter by built-in name, or ``module:object`` (an Adapter, or a factory returning one).
-
-    Every way this can go wrong (no such module, a module that does not import, a factory that
-    raises, an object that is not an adapter) is a RunError with one line naming the adapter."""
-    if not isinstance(spec, str) or not spec.strip():
-        raise RunError(f"--adapter must be a built-in adapter name or module:object, got {spec!r}")
-    target = BUILTIN_ADAPTERS.get(spec, spec)
-    if ":" not in target:
-        from .suggest import did_you_mean
-
-        known = ", ".join(sorted(BUILTIN_ADAPTERS))
-        raise RunError(f"unknown adapter {spec!r}; built-in adapters: {known}; or give module:object"
-                       f"{did_you_mean(spec, BUILTIN_ADAPTERS)}")
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise RunError(f"adapter {spec!r}: expected module:object with both parts (e.g. mypkg.adapters:make_adapter)")
-    if spec not in BUILTIN_ADAPTERS:
-        _current_folder_importable()
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        if _torch_missing(e):
-            raise RunError(f"adapter {spec!r}: {TORCH_MISSING}") from None
-        raise RunError(f"adapter {spec!r}: cannot import {module_name!r}: {e}") from None
-    except SyntaxError as e:
-        raise RunError(f"adapter {spec!r}: cannot import {module_name!r}: syntax error in {e.filename}, "
-                       f"line {e.lineno}: {e.msg}") from None
-    except BaseException as e:  # noqa: BLE001 - user code at import: SystemExit included
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        raise RunError(f"adapter {spec!r}: importing {module_name!r} raised {_one_line(e)}") from None
-    try:
-        obj = getattr(module, attr)
-    except AttributeError:
-        raise RunError(f"adapter {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
-    if callable(obj) and not hasattr(obj, "implementations"):
-        try:
-            adapter = obj()
-        except BaseException as e:  # noqa: BLE001 - user code: SystemExit included
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            if _torch_missing(e):
-                raise RunError(f"adapter {spec!r}: {TORCH_MISSING}") from None
-            raise RunError(f"adapter {spec!r}: the factory {attr}() raised {_one_line(e)}") from None
-    else:
-        adapter = obj
-    lacking = [a for a in ADAPTER_ATTRIBUTES if not hasattr(adapter, a)]
-    if not hasattr(adapter, "implementations") or lacking:
-        what = f"it lacks {', '.join(lacking)}" if lacking else "it has no implementations"
-        raise RunError(f"adapter {spec!r}: {target} gave {type(adapter).__name__}, which is not an adapter "
-                       f"(pgspec.adapters.base.Adapter): {what}")
-    _check_protocol(adapter, spec)
-    LOADED_AS[adapter.name] = spec
-    return adapter
-
-
-def _check_protocol(adapter, spec: str) -> None:
-    """What an adapter declares is the adapter's to get right, not pgspec's: a value of the wrong type
-    (a name that is no string, ``available()`` returning ``True``, ``capabilities()`` returning
-    ``None``, an unknown dtype) is a RunError naming the adapter and the attribute (exit 2), never an
-    internal error later.  A method that raises is reported where it is called, as before."""
-    from .tolerance import DTYPES
-
-    def bad(what: str, got) -> RunError:
-        return RunError(f"adapter {spec!r}: {what}, got {_short(got)} (pgspec.adapters.base.Adapter)")
-
-    for attr in ("name", "framework", "version"):
-        value = getattr(adapter, attr)
-        if not isinstance(value, str) or not value.strip():
-            raise bad(f"{attr} must be a non-empty string", value)
-    for attr, known in (("dtypes", DTYPES), ("devices", None)):
-        value = getattr(adapter, attr)
-        if not isinstance(value, (tuple, list)) or not value or not all(isinstance(x, str) for x in value):
-            raise bad(f"{attr} must be a non-empty tuple of strings", value)
-        unknown = [x for x in value if known is not None and x not in known]
-        if unknown:
-            raise bad(f"dtypes must be among {', '.join(known)}", unknown)
-    if not isinstance(adapter.implementations, dict):
-        raise bad("implementations must be a dict {formula ID: callable}", adapter.implementations)
-    try:
-        caps = adapter.capabilities()
-    except Exception:  # noqa: BLE001 - reported where the run reads them
-        caps = set()
-    if not isinstance(caps, (set, frozenset, list, tuple)) or not all(isinstance(f, str) for f in caps):
-        raise bad("capabilities() must return a set of formula IDs", caps)
-    try:
-        avail = adapter.available()
-    except Exception:  # noqa: BLE001 - reported where the run asks
-        return
-    if not (isinstance(avail, tuple) and len(avail) == 2 and isinstance(avail[0], bool) and isinstance(avail[1], str)):
-        raise bad("available() must return (ok: bool, why: str)", avail)
-
-
-def _one_line(e: BaseException) -> str:
-    """``TypeName: message`` on one line (SystemExit shows its code)."""
-    if isinstance(e, SystemExit):
-        return f"SystemExit (sys.exit({e.code!r}))"
-    text = " ".join(str(e).split())
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
-# adapter name -> the spec it was loaded by (``"torch"``, ``"my_module:adapter"``): what a repro
-# snippet passes back to load_adapter, so that it reruns exactly what the user ran.
-LOADED_AS: dict[str, str] = {}
-
-
-def _current_folder_importable() -> None:
-    """``module:object`` adapters import from the current folder, as ``python -m`` would (the
-    ``pgspec`` and ``pytest`` scripts do not put it on sys.path themselves)."""
-    import os
-    import sys
-
-    cwd = os.getcwd()
-    if not any(entry in ("", ".", cwd) for entry in sys.path):
-        sys.path.insert(0, cwd)
-
 
 def check_declarations(adapter) -> None:
     """The adapter's declarations against the whole corpus (spec/verdicts.md): a rule that matches no
@@ -438,186 +286,6 @@ def _elements(case, key, ref, got_tensor):
             continue
         value = got[path].item() if path else got.item()
         yield path, value, r, flat_scale.get(path)
-
-
-class MalformedOutput(Exception):
-    """An adapter's result that is not what the spec declares (type, shape, dtype): the case's error."""
-
-
-# Real outputs and gradients must be floating tensors of the run's dtype; for the 16-bit storage
-# dtypes the spec's compute dtype (float32, spec/tolerance.md) is accepted as well.
-# The floating dtypes an output may have in a run of each dtype: the run's own, float32 in the 16-bit
-# runs (which compute in float32), and a lower precision than the run's (a framework that computes in
-# float32 whatever its inputs is judged by its numbers against the run's bound, and declares that).
-# A higher precision than the run's is refused: the adapter would not be testing the dtype it claims.
-ACCEPTED_DTYPES = {"float64": ("float64", "float32", "bfloat16", "float16"),
-                   "float32": ("float32", "bfloat16", "float16"),
-                   "bfloat16": ("bfloat16", "float32"),
-                   "float16": ("float16", "float32")}
-
-
-def _nested_shape(x) -> tuple:
-    return (len(x),) + (_nested_shape(x[0]) if x else ()) if isinstance(x, list) else ()
-
-
-def _input_dims(f, tensors: dict) -> dict:
-    dims = {}
-    for spec in f.inputs:
-        t = tensors.get(spec.name)
-        if t is None:
-            continue
-        for candidate in spec.shapes:
-            if len(candidate) == t.dim():
-                for sym, n in zip(candidate, t.shape):
-                    if not isinstance(sym, int):
-                        dims.setdefault(sym, int(n))
-                break
-    return dims
-
-
-def _describe_tensor(key: str, got, expected_shape: tuple, dtype: str, real: bool, where: str) -> str | None:
-    import torch
-
-    if not isinstance(got, torch.Tensor):
-        return (f"{where} {key!r} must be a torch.Tensor of shape {list(expected_shape)}, "
-                f"got {type(got).__name__} {_short(got)}")
-    if tuple(got.shape) != tuple(expected_shape):
-        return f"{where} {key!r} must have shape {list(expected_shape)}, got shape {list(got.shape)}"
-    if real:
-        accepted = ACCEPTED_DTYPES.get(dtype, (dtype,))
-        name = str(got.dtype).removeprefix("torch.")
-        if not got.is_floating_point() or name not in accepted:
-            return (f"{where} {key!r} must be a floating tensor of dtype {' or '.join(accepted)} "
-                    f"(the run's dtype is {dtype}), got dtype {name}")
-    return None
-
-
-def _short(x) -> str:
-    text = repr(x)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def check_outputs(f, case: dict, dtype: str, tensors: dict, out) -> None:
-    """Raise MalformedOutput unless ``out`` is a dict whose outputs (those the case compares and the
-    adapter produced) are tensors of the declared shape and, for real outputs, a floating dtype of
-    the run (ACCEPTED_DTYPES)."""
-    import torch
-
-    if not isinstance(out, dict):
-        raise MalformedOutput(f"the adapter returned {type(out).__name__} {_short(out)}; expected a dict of "
-                              f"output name -> tensor ({', '.join(o.name for o in f.outputs)})")
-    accepted = _accepted(dtype)
-    for name, real, expected, spec_shape in _expected_outputs(f, case, tensors):
-        got = out.get(name)
-        if got is None:
-            continue
-        if isinstance(got, torch.Tensor) and got.shape == expected and (not real or got.dtype in accepted):
-            continue        # what _describe_tensor accepts, decided without building its message
-        problem = _describe_tensor(name, got, expected, dtype, real, "output")
-        if problem:
-            raise MalformedOutput(problem + _dims_text(spec_shape, _input_dims(f, tensors)))
-    if "grad" in out and out["grad"] is not None and not isinstance(out["grad"], dict):
-        raise MalformedOutput(f"the adapter's 'grad' must be a dict of input name -> tensor, got "
-                              f"{type(out['grad']).__name__} {_short(out['grad'])}")
-
-
-# The shapes check_outputs expects of a case's outputs depend on the case and its inputs' shapes
-# only: computed once per case (for every dtype), and again if the inputs' shapes differ.
-_EXPECTED: dict = {}
-
-
-def _expected_outputs(f, case: dict, tensors: dict) -> list:
-    """[(name, real, expected shape, spec shape)] of the outputs the case compares, in the spec's order."""
-    shapes = tuple((name, tuple(t.shape)) for name, t in tensors.items())
-    hit = _EXPECTED.get(id(case))
-    if hit is not None and hit[0] is case and hit[1] is f and hit[2] == shapes:
-        return hit[3]
-    dims = _input_dims(f, tensors)
-    positions = case.get("positions")
-    plan = []
-    for o in f.outputs:
-        if o.name not in case["outputs"]:
-            continue
-        ref = case["outputs"][o.name]
-        if positions is not None and tuple(o.shape[:2]) == ("B", "T") and all(s in dims for s in o.shape):
-            expected = tuple(dims[s] for s in o.shape)
-        elif all(isinstance(s, int) or s in dims for s in o.shape):
-            expected = tuple(s if isinstance(s, int) else dims[s] for s in o.shape)
-        else:  # a dimension no input fixes (chunks, segments): the reference's own shape
-            expected = _nested_shape(ref)
-        plan.append((o.name, o.kind == "real", expected, o.shape))
-    if len(_EXPECTED) > 20000:
-        _EXPECTED.clear()
-    _EXPECTED[id(case)] = (case, f, shapes, plan)
-    return plan
-
-
-_ACCEPTED: dict = {}
-
-
-def _accepted(dtype: str) -> frozenset:
-    """The torch dtypes ACCEPTED_DTYPES allows a real output or gradient of a ``dtype`` run."""
-    hit = _ACCEPTED.get(dtype)
-    if hit is None:
-        import torch
-
-        hit = _ACCEPTED[dtype] = frozenset(getattr(torch, name) for name in ACCEPTED_DTYPES.get(dtype, (dtype,))
-                                           if isinstance(getattr(torch, name, None), torch.dtype))
-    return hit
-
-
-def check_grads(f, dtype: str, tensors: dict, grads) -> None:
-    """Raise MalformedOutput unless every gradient has its input's shape and a floating dtype of the run."""
-    import torch
-
-    accepted = _accepted(dtype)
-    for name, g in (grads or {}).items():
-        if name not in tensors or g is None:
-            continue
-        if isinstance(g, torch.Tensor) and g.shape == tensors[name].shape and g.dtype in accepted:
-            continue        # what _describe_tensor accepts, decided without building its message
-        problem = _describe_tensor(f"grad.{name}", g, tuple(tensors[name].shape), dtype, True, "gradient")
-        if problem:
-            raise MalformedOutput(problem + f" (the shape of input {name!r})")
-
-
-def _dims_text(shape: tuple, dims: dict) -> str:
-    named = [f"{s}={dims[s]}" for s in shape if not isinstance(s, int) and s in dims]
-    return f" (spec shape [{','.join(map(str, shape))}] with {', '.join(named)})" if named else ""
-
-
-def float16_inexact(case: dict) -> str:
-    """Why a float16 run cannot take this case ("" when it can).
-
-    Golden inputs are exactly representable in bfloat16, whose exponent range is wider than
-    float16's: a value beyond 65504 becomes inf, and one below float16's subnormals loses
-    precision or becomes 0.  Such a case is not applicable to a float16 run (positions where the
-    mask is false are not read by any formula and are not checked)."""
-    import numpy as np
-
-    f = REGISTRY[case["formula"]]
-    inputs = case_inputs(case)
-    mask = inputs.get(f.mask_input) if f.mask_input else None
-    mask_arr = np.asarray(mask, dtype=bool) if mask is not None else None
-    for name, value in inputs.items():
-        if f.input(name).kind != "real" or value is None:
-            continue
-        try:
-            x = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):  # not a rectangular array of numbers: the run reports it
-            continue
-        with np.errstate(over="ignore", under="ignore"):
-            y = x.astype(np.float16).astype(np.float64)
-        bad = ~((y == x) | (np.isnan(x) & np.isnan(y)))
-        if mask_arr is not None and name != f.mask_input and x.shape[:2] == mask_arr.shape:
-            bad &= mask_arr.reshape(mask_arr.shape + (1,) * (x.ndim - 2))
-        if bad.any():
-            idx = tuple(int(i) for i in np.argwhere(bad)[0])
-            where = "".join(f"[{i}]" for i in idx)
-            became = "inf" if np.isinf(y[idx]) else repr(float(y[idx]))
-            return (f"not applicable to float16: input {name}{where} = {float(x[idx])!r} is exact in bfloat16 but "
-                    f"not in float16 (it becomes {became}); float16's exponent range is narrower than bfloat16's")
-    return ""
 
 
 def run_case(adapter, case: dict, dtype: str, device: str) -> CaseResult:
@@ -933,87 +601,6 @@ class _Pending:
         return result
 
 
-def _failed_keys(whole, gathered, present) -> list:
-    """The outputs of a case compared at once (``compare.compare_cases``) that hold a failing
-    element, in the case's order."""
-    if whole.failure is None:
-        return []
-    joined = gathered[0] if isinstance(gathered, tuple) else None
-    if whole.passed is None or joined is None or not hasattr(joined, "starts"):
-        return [whole.failure_path[0]]
-    keys = [key for key, _, _ in present]
-    st = joined.starts
-    return [keys[j] for j in range(len(keys)) if not whole.passed[st[j]:st[j + 1]].all()]
-
-
-def classify(result: CaseResult, rules) -> CaseResult:
-    """Apply the matching rules (spec/verdicts.md, step 5; ``rules``: one rule, a sequence of them in
-    file order, or None).  A ``fail`` is explained when every failing output is covered by a matching
-    mismatch rule (its ``outputs``; its ``max_ratio`` bounds the result's error ratio): one rule, or
-    several root causes at once, each explaining its own outputs.  An ``error`` is explained by the
-    first matching error rule whose exception it is (``raises``, ``match``).  An explained result takes
-    the kind of its rules (``bug`` if any of them is a bug) and names the first of them.  Anything else
-    keeps its outcome, with a message saying what of each matching rule did not hold (a passing case
-    records the first matching rule, for the stale check at the end of a run)."""
-    if rules is None or result.outcome in ("unsupported", "not-applicable", *VALIDATION_OUTCOMES):
-        return result   # nothing ran, or a validation result: no rule explains it nor goes stale by it
-    rules = (rules,) if not isinstance(rules, (tuple, list)) else tuple(rules)
-    if not rules:
-        return result
-    if result.outcome not in ("fail", "error"):
-        result.declaration = rules[0].summary()
-        return result
-    failed = getattr(result, "failed_outputs", None)
-    ratio = getattr(result, "error_ratio", None)
-    exception = getattr(result, "exception", None)
-    reasons, used = [], None
-    for rule in rules:
-        why = rule.does_not_explain(result.outcome, failed_outputs=failed, error_ratio=ratio, exception=exception,
-                                    within=getattr(result, "within", None))
-        if why is None:
-            used = [rule]
-            break
-        reasons.append(f"{rule.label} of {rule.source} matches this case but {why}")
-    if used is None and result.outcome == "fail" and failed:
-        used = _covering_rules(rules, failed, ratio, getattr(result, "within", None) or {})
-    if used is None:
-        result.declaration = rules[0].summary()
-        result.message = f"{'; '.join(reasons)}; it stays {result.outcome}:\n{result.message}"
-        return result
-    result.outcome = "bug" if any(r.kind == "bug" for r in used) else used[0].kind
-    first = next(r for r in used if r.kind == result.outcome)
-    result.declaration = first.summary()
-    others = [r.summary() for r in used if r is not first]
-    if others and hasattr(result, "also"):
-        result.also = others
-    if len(used) > 1:
-        result.message = (f"two or more root causes: " + "; ".join(
-            f"{r.label} ({r.cause}: {', '.join(r.outputs)})" for r in used) + "\n" + result.message)
-    return result
-
-
-def _covering_rules(rules, failed, ratio, within):
-    """Mismatch rules that together cover every failing output (each output by the first rule, in
-    file order, whose ``outputs`` name it and whose ``max_ratio`` admits the result's ratio), or None."""
-    used = []
-    for key in failed:
-        for rule in rules:
-            if rule.expect != "mismatch" or not rule.outputs:
-                continue
-            if not any(fnmatch.fnmatchcase(key, g) for g in rule.outputs):
-                continue
-            if rule.max_ratio is not None and (ratio is None or not ratio <= rule.max_ratio):
-                continue
-            if rule.within is not None and (rule.within not in within or key in within[rule.within]):
-                continue
-            if rule not in used:
-                used.append(rule)
-            break
-        else:
-            return None
-    return used
-
-
 def repro_snippet(adapter: str, case_id: str, dtype: str, device: str) -> str:
     """Python that reruns one case as the user ran it: the adapter is loaded by the same built-in
     name or ``module:object`` spec (run it from the folder you ran pgspec in); the case's inputs and
@@ -1137,12 +724,6 @@ class RunSummary:
         head = "; ".join(bad) if bad else "no unexpected result"
         return (f"{name}: {head}; numeric: {', '.join(parts)}; validation: rejects {rejected} of {run} invalid inputs"
                 + (f" ({na} not applicable)" if na else ""))
-
-
-def is_validation(r) -> bool:
-    """An expected-error case's result that is no crash: validation's own axis (its rejection, or a
-    case that did not run)."""
-    return r.category == "error" and r.outcome not in BAD_OUTCOMES
 
 
 def _n(k: int, word: str) -> str:
