@@ -208,7 +208,9 @@ def test_sys_exit_in_an_adapter_is_one_case_error_and_the_run_goes_on(capsys, tm
     k1 = [r for r in results if r["formula"] == "kl.k1"]
     k2 = [r for r in results if r["formula"] == "kl.k2"]
     assert k1 and all(r["outcome"] == "error" and r["message"].strip().endswith("SystemExit: 3") for r in k1)
-    assert k2 and all(r["outcome"] in ("pass", "rejected", "not-rejected") for r in k2)
+    # kl.k2 is correct: its numeric cases pass; its invalid inputs are raised by the built-in backend's code,
+    # which this adapter does not declare its framework's (no framework_modules): not rejections
+    assert k2 and all(r["outcome"] == ("not-rejected" if r["category"] == "error" else "pass") for r in k2)
 
 
 def test_sys_exit_in_the_property_checks_does_not_stop_the_run(capsys, tmp_path):
