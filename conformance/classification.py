@@ -5,8 +5,6 @@ explains it, output by output).  No adapter is called here.
 
 from __future__ import annotations
 
-import fnmatch
-
 OUTCOMES = ("pass", "fail", "error", "bug", "convention", "not-applicable", "unsupported", "stale-deviation",
             "rejected", "not-rejected")
 BAD_OUTCOMES = ("fail", "error", "stale-deviation")
@@ -81,21 +79,14 @@ def classify(result, rules):
 
 def _covering_rules(rules, failed, ratio, within):
     """Mismatch rules that together cover every failing output (each output by the first rule, in
-    file order, whose ``outputs`` name it and whose ``max_ratio`` admits the result's ratio), or None."""
+    file order, that names it in its ``outputs`` and covers it: ``Declaration.why_not_covering``), or
+    None."""
     used = []
     for key in failed:
-        for rule in rules:
-            if rule.expect != "mismatch" or not rule.outputs:
-                continue
-            if not any(fnmatch.fnmatchcase(key, g) for g in rule.outputs):
-                continue
-            if rule.max_ratio is not None and (ratio is None or not ratio <= rule.max_ratio):
-                continue
-            if rule.within is not None and (rule.within not in within or key in within[rule.within]):
-                continue
-            if rule not in used:
-                used.append(rule)
-            break
-        else:
+        rule = next((r for r in rules if r.expect == "mismatch" and r.outputs
+                     and r.why_not_covering(key, ratio, within) is None), None)
+        if rule is None:
             return None
+        if rule not in used:
+            used.append(rule)
     return used

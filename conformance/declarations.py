@@ -168,23 +168,29 @@ class Declaration:
         if outcome == "fail":
             if self.expect != "mismatch":
                 return "expects an error, and the case returned numbers that fail"
-            if self.outputs and failed_outputs is not None:
-                other = [k for k in failed_outputs if not any(fnmatch.fnmatchcase(k, g) for g in self.outputs)]
-                if other:
-                    return (f"declares mismatches in {', '.join(self.outputs)} only, and {', '.join(other)} "
-                            "fails too")
-            if self.max_ratio is not None and (error_ratio is None or not error_ratio <= self.max_ratio):
-                return f"accepts an error ratio up to {self.max_ratio:g}, and the case's is {error_ratio}"
-            if self.within is not None and failed_outputs is not None:
-                outside = (within or {}).get(self.within)
-                mine = [k for k in failed_outputs if outside is None or k in outside]
-                if mine:
-                    return (f"accepts results within the {self.within} tolerance only, and "
-                            f"{', '.join(mine)} {'is' if len(mine) == 1 else 'are'} not")
+            # a property row has no outputs of its own (None): only max_ratio restricts it
+            for key in (failed_outputs if failed_outputs is not None else [None]):
+                why = self.why_not_covering(key, error_ratio, within)
+                if why is not None:
+                    return why
             return None
         if self.expect != "error":
             return "expects a mismatch, and the case raised"
         return self.exception_mismatch(exception)
+
+    def why_not_covering(self, key: str | None, error_ratio, within) -> str | None:
+        """None when this mismatch rule covers the failing output ``key`` of a result with
+        ``error_ratio`` (``within``: {dtype: the outputs outside that dtype's tolerance}), else what
+        does not hold; ``key`` None (a property row) is checked against ``max_ratio`` only."""
+        if key is not None and self.outputs and not any(fnmatch.fnmatchcase(key, g) for g in self.outputs):
+            return f"declares mismatches in {', '.join(self.outputs)} only, and {key} fails too"
+        if self.max_ratio is not None and (error_ratio is None or not error_ratio <= self.max_ratio):
+            return f"accepts an error ratio up to {self.max_ratio:g}, and the case's is {error_ratio}"
+        if key is not None and self.within is not None:
+            outside = (within or {}).get(self.within)
+            if outside is None or key in outside:
+                return f"accepts results within the {self.within} tolerance only, and {key} is not"
+        return None
 
     def exception_mismatch(self, exception: dict | None) -> str | None:
         """None when ``exception`` ({"type", "message"}) is the one this rule or check names."""
