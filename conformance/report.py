@@ -72,6 +72,22 @@ TABLE_COLUMNS = ("pass", "fail", "error", "stale-deviation", "bug", "convention"
 COLUMN_NAMES = {"error": "err", "stale-deviation": "stale", "convention": "conv", "not-applicable": "n/a"}
 
 
+def formula_table(summary) -> tuple[dict, list]:
+    """The rows of the run's tables, terminal and HTML: ({formula: verdict} of the formulas the adapter
+    ran or declared, [the formulas it does not implement at all], shown in one line instead of rows)."""
+    verdicts = formula_verdicts(_verdict_rows(summary))
+    lacking = [fid for fid, v in verdicts.items()
+               if v["verdict"] == "unsupported" and not any(v["counts"].get(k) for k in TABLE_COLUMNS)]
+    return {fid: v for fid, v in verdicts.items() if fid not in lacking}, lacking
+
+
+def rejects_text(v: dict) -> str:
+    """A formula's validation as a table cell: 'R/E' (rejected of run), '' when none was run."""
+    val = v.get("validation") or {}
+    run = val.get("rejected", 0) + val.get("not-rejected", 0)
+    return f"{val.get('rejected', 0)}/{run}" if run else ""
+
+
 def print_matrix(summary, adapter, device, dtypes):
     from rich.console import Console
     from rich.markup import escape
@@ -80,10 +96,7 @@ def print_matrix(summary, adapter, device, dtypes):
     console = Console()
     table = Table(title=f"pgspec conformance: {escape(adapter.name)} ({escape(adapter.version)}) on {device}, "
                         f"{', '.join(dtypes)}; worst = largest error/bound of the compared cases")
-    verdicts = formula_verdicts(_verdict_rows(summary))
-    unsupported = [fid for fid, v in verdicts.items()
-                   if v["verdict"] == "unsupported" and not any(v["counts"].get(k) for k in TABLE_COLUMNS)]
-    shown = {fid: v for fid, v in verdicts.items() if fid not in unsupported}
+    shown, unsupported = formula_table(summary)
     # the columns the run has (pass always): an empty column is left out, so the table fits a terminal
     columns = [k for k in TABLE_COLUMNS if k == "pass" or any(v["counts"].get(k) for v in shown.values())]
     table.add_column("formula", no_wrap=True)
@@ -96,11 +109,8 @@ def print_matrix(summary, adapter, device, dtypes):
         text = verdict_text(v)
         style = "red" if v["verdict"] in ("fail", "error", "stale") else (
             "yellow" if v["verdict"] in ("bug", "convention") else "green" if v["verdict"] == "pass" else "dim")
-        val = v.get("validation") or {}
-        run = val.get("rejected", 0) + val.get("not-rejected", 0)
         table.add_row(escape(fid), f"[{style}]{escape(text)}[/{style}]",
-                      *[str(c.get(k, 0) or "") for k in columns],
-                      f"{val.get('rejected', 0)}/{run}" if run else "")
+                      *[str(c.get(k, 0) or "") for k in columns], rejects_text(v))
     console.print(table)
     if unsupported:
         console.print(escape(f"not implemented by {adapter.name} ({len(unsupported)} formulas): "
@@ -391,25 +401,17 @@ def to_html(summary, adapter, device, dtypes) -> str:
     import html
 
     h = _header(adapter, device, dtypes)
-    m = matrix(summary, dtypes)
     png = base64.b64encode(_plot_png(summary, dtypes)).decode()
-    verdicts = formula_verdicts(_verdict_rows(summary))
-    lacking = [fid for fid, v in verdicts.items()
-               if v["verdict"] == "unsupported" and not any(v["counts"].get(k) for k in TABLE_COLUMNS)]
+    shown, lacking = formula_table(summary)
     rows = []
-    for fid, v in verdicts.items():
-        if fid in lacking:
-            continue
+    for fid, v in shown.items():
         c = v["counts"]
         cls = {"fail": "bad", "error": "bad", "stale": "bad", "bug": "dev", "convention": "dev",
                "pass": "ok"}.get(v["verdict"], "na")
-        val = v.get("validation") or {}
-        run = val.get("rejected", 0) + val.get("not-rejected", 0)
         cells = "".join(f"<td>{c.get(k, 0) or ''}</td>" for k in TABLE_COLUMNS)
-        rejects = f"{val.get('rejected', 0)}/{run}" if run else ""
         rows.append(f'<tr><th><code>{html.escape(fid)}</code></th><td class="{cls}">{html.escape(verdict_text(v))}</td>'
                     f"{cells}<td>{html.escape(ratio_text(v['worst_ratio']))}</td>"
-                    f"<td>{rejects}</td></tr>")
+                    f"<td>{rejects_text(v)}</td></tr>")
     notable = [r for r in summary.results if r.outcome not in ("pass", "unsupported", "not-applicable")]
     details = []
     for r in notable:
