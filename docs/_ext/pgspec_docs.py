@@ -344,7 +344,8 @@ def _details(v: dict):
         if parts:
             parts.append(nodes.Text("; "))
         parts.append(nodes.strong(rule.get("kind", ""), rule.get("kind", "")))
-        parts.append(nodes.Text(f" ({rule.get('cases', '?')} cases): {rule.get('reason', '')} "))
+        n = rule.get("cases", "?")
+        parts.append(nodes.Text(f" ({n} case{'' if n == 1 else 's'}): {rule.get('reason', '')} "))
         link = rule.get("link", "")
         if link.startswith(("http://", "https://")):
             parts.append(_link("source", link))
