@@ -77,22 +77,24 @@ def markdown(adapter: str, results: list[tuple[Path, str, str]], python: str) ->
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     out = [SECTION, "",
            f"The standalone scripts of `findings/{adapter}/` (the framework and torch only; one per declared bug,",
-           "docs/findings.md has each as a report to file upstream), last run by `ci/conformance.sh` on "
-           f"{when} with `{_short(python)}`:",
-           "`reproduced` means the bug is still there; `FIXED` means the framework now agrees with the spec",
-           "(remove the rule and the script).", "",
+           "docs/findings.md has each as a report to file upstream; `ci/conformance.sh` runs them after the",
+           f"framework's suite), last run on {when} with `{_short(python)}`. `reproduced`: the bug is still there;",
+           "`FIXED`: the framework now agrees with the spec (drop the rule and the script).", "",
            "| script | status | result |", "|---|---|---|"]
     for script, status, line in results:
-        cell = line.replace("|", "\\|")
-        out.append(f"| `findings/{adapter}/{script.name}` | {status} | {cell} |")
+        cell = line.replace("`", "'").replace("|", "\\|")
+        out.append(f"| `findings/{adapter}/{script.name}` | {status} | `{cell}` |")
     return "\n".join(out) + "\n"
 
 
 def _short(python: str) -> str:
+    """The interpreter as the page shows it: relative to the repository, else its last four parts (no
+    machine-specific prefix)."""
+    path = Path(python)
     try:
-        return str(Path(python).resolve().relative_to(REPO))
+        return str(path.absolute().relative_to(REPO))
     except ValueError:
-        return python
+        return str(Path(*path.parts[-4:])) if len(path.parts) > 4 else python
 
 
 def write_section(page: Path, section: str) -> None:
