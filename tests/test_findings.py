@@ -112,6 +112,16 @@ def test_scripts_are_standalone_and_documented(adapter):
             assert needle in text, f"{script.relative_to(ROOT)}: no {needle!r} (the exit protocol)"
 
 
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_every_script_has_its_report_in_docs_findings(adapter):
+    """docs/findings.md holds, under each finding, a block "Report to file upstream" naming the script."""
+    text = (ROOT / "docs" / "findings.md").read_text()
+    blocks = text.split("Report to file upstream")[1:]
+    missing = [p.name for p in scripts_of(adapter)
+               if not any(f"findings/{adapter}/{p.name}" in b.split("\n#### ")[0] for b in blocks)]
+    assert not missing, f"{adapter}: no 'Report to file upstream' block in docs/findings.md for {missing}"
+
+
 # ------------------------------------------------------------------------------------------ the runner
 
 

@@ -10,8 +10,8 @@ Expected: H = log(1 + e^-20) + 20 e^-20 / (1 + e^-20) = 4.3284e-8 (torch's own f
 -(softmax * log_softmax).sum() gives 4.1223e-8, within 5%).
 Got: 0. The kernel computes H = log Z - sum(e^(z - m) z) / sum(e^(z - m)) with the unshifted logits z:
 log Z = 20.000000002 and the weighted mean 19.99999996 both round to 20 in float32, and the difference
-(the whole entropy) is lost. Entropy-based token masks (top_entropy_quantile) and the entropy bonus see 0 for
-every confident token; its gradient -p (log p + H) inherits the error.
+(the whole entropy) is lost. Entropy-based token masks (top_entropy_quantile) and the entropy bonus get 0, or
+a value without a correct digit, at near-deterministic positions; the gradient -p (log p + H) inherits the error.
 Fix: accumulate the shifted logits, sum(e^(z - m) (z - m)), rescaling the running sum when the running max m
 changes, and return H = log(sum_exp) - x_sum_exp / sum_exp (the shift then cancels exactly).
 Source: https://github.com/huggingface/trl/blob/v1.16.0/trl/kernels/chunked_logprob.py#L380
