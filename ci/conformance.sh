@@ -96,6 +96,11 @@ for name in "${adapters[@]}"; do
     # and LigerFusedLinearGRPOLoss whole, from hidden states and the head (conformance/check_head_loss.py)
     "$venv/bin/pgspec" check --adapter pgspec.adapters.liger:make_fused_adapter --formula loss.grpo --param beta=0 \
       --vocab 9000 --shape 2x128 --dtype bfloat16,float32 || status=1
+  elif [ "$name" = oat ]; then
+    # OAT's fused LM head (FusedLinear; use_fused_lm_head=True is OAT's default) against the float64
+    # oracle; 2x300 = 600 tokens span two of its 512-token chunks
+    "$venv/bin/pgspec" check --adapter oat --formula logprob.token --vocab 2000 --shape 2x300 \
+      --dtype bfloat16,float32 || status=1
   fi
 done
 "$main/bin/python" -m pgspec.conformance.matrix "$json_dir"/*.json --out "$out/matrix.md" || status=1

@@ -39,10 +39,10 @@ from ..base import Adapter, load_deviations
 NAME = "oat"
 DIST = "oat-llm"
 PINNED = "0.2.4"
-# the 0.2.4 wheel's oat/algorithms/ppo.py and oat/utils/ops.py are byte-identical to these files at this
-# commit of sail-sg/oat ("v0.2.4" tag)
-TAG = "v0.2.4"
-SRC = f"https://github.com/sail-sg/oat/blob/{TAG}/oat/algorithms/ppo.py"
+# sail-sg/oat has no v0.2.4 tag: the 0.2.4 wheel's oat/algorithms/ppo.py and oat/utils/ops.py are
+# byte-identical (git blobs a734b4c5, f0adee13) to those of this commit ("feat: add fp16 training (#70)")
+COMMIT = "c1a074c320ff5ca9fe9a4f669bf05208e2f310be"
+SRC = f"https://github.com/sail-sg/oat/blob/{COMMIT}/oat/algorithms/ppo.py"
 
 PARAM_MAP = {
     "surrogate.ppo_clip": {"eps_low": "cliprange (symmetric: eps_low = eps_high)", "eps_high": "cliprange",
@@ -431,16 +431,27 @@ class OATAdapter(Adapter):
             return False, (f"oat-llm is not installed in this interpreter (its dependencies include vllm, deepspeed and "
                            f"flash-attn, and it requires Python < 3.11): in the pgspec checkout, bash ci/install-oat.sh "
                            f"VENV, then VENV/bin/pgspec run --adapter oat (oat-llm=={PINNED}; adapters/oat/README.md)")
-        try:
-            _load()
-        except Exception as e:  # noqa: BLE001 - reported as the reason
-            return False, f"cannot load oat/algorithms/ppo.py from oat-llm: {type(e).__name__}: {e}"
+        # No import here: `pgspec adapters` asks every adapter in one process, and the loader's stand-ins
+        # must not reach another adapter; the learner is loaded on the first call.
+        import importlib.util
+
+        from . import loader
+
+        ppo = loader.oat_dir() / "algorithms" / "ppo.py"
+        if not ppo.is_file():
+            return False, f"oat-llm is installed but {ppo} is missing"
+        missing = [m for m in ("tyro", "tqdm", "numpy") if importlib.util.find_spec(m) is None]
+        if missing:
+            return False, (f"oat-llm's learner imports {', '.join(missing)}, not installed here: "
+                           f"pip install -c constraints.txt {' '.join(missing)} (ci/install-oat.sh)")
         return True, ""
 
 
 def make_adapter() -> Adapter:
+    from .head import HEADS
+
     version = framework_version()
-    return OATAdapter(
+    adapter = OATAdapter(
         name=NAME,
         framework="OAT (oat-llm)",
         version=version or "not installed",
@@ -450,3 +461,5 @@ def make_adapter() -> Adapter:
         param_map={fid: {k: v for k, v in m.items() if k} for fid, m in PARAM_MAP.items()},
         deviations=load_deviations(Path(__file__).with_name("deviations.toml")),
     )
+    adapter.heads = HEADS   # the fused LM head (use_fused_lm_head=True, OAT's default): pgspec check
+    return adapter
