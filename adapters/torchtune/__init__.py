@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .._gitsource import Revision, SourceAdapter, check_source, package_shell, stand_in
+from .._gitsource import Revision, SourceAdapter, check_source, package_shell
 from ..base import load_deviations, spec_param
 
 FRAMEWORK = "torchtune"
