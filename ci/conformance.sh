@@ -40,7 +40,7 @@ else
 fi
 pgspec=$main/bin/pgspec
 adapters=("$@")
-[ ${#adapters[@]} -gt 0 ] || adapters=(torch trl liger liger-triton verl openrlhf skyrl areal)
+[ ${#adapters[@]} -gt 0 ] || adapters=(torch trl liger liger-triton verl openrlhf skyrl areal oat)
 # every case ID except */scale-* (the runner's globs have no negation: no case name but scale-* starts with "sc")
 LIGER_TRITON_CASES=${LIGER_TRITON_CASES:-'*/[!s]*,*/s[!c]*'}
 # adapters run from the main environment through the process-isolated mode (--python)
@@ -121,6 +121,11 @@ for name in "${adapters[@]}"; do
     # the compiled default path (LigerFusedLinearGRPOLoss(compiled=True)): its run is recorded
     # (docs/conformance/liger-compiled.md), its finding script runs here, in liger's environment
     findings liger-compiled "$venv/bin/python"
+  elif [ "$name" = oat ]; then
+    # OAT's fused LM head (FusedLinear; use_fused_lm_head=True is OAT's default) against the float64
+    # oracle; 2x300 = 600 tokens span two of its 512-token chunks
+    "$venv/bin/pgspec" check --adapter oat --formula logprob.token --vocab 2000 --shape 2x300 \
+      --dtype bfloat16,float32 || status=1
   fi
   [ "$name" = liger-triton ] || findings "$name" "$venv/bin/python"
 done
