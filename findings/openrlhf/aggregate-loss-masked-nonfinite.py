@@ -8,7 +8,9 @@ spec/agg.md#agg.sample_mean): T(q) = sum_{i,t} m_{i,t} q_{i,t} / N_tok and
 S(q) = (1/N) sum_i (sum_t m_{i,t} q_{i,t}) / L_i, where masked positions are excluded, never multiplied by 0.
 Input: q = [[1, NaN, inf]], mask = [[1, 0, 0]] (one real token, two padded positions holding junk).
 Expected: token mean 1.0, sample mean 1.0. Got: NaN for both (`(loss * loss_mask).sum()`: NaN * 0 = NaN).
-Fix: `torch.where(loss_mask.bool(), loss, 0).sum()` in place of `(loss * loss_mask).sum()` (OpenRLHF PR #1240).
+Fix: select instead of multiplying, in aggregate_loss (`torch.where(loss_mask.bool(), loss, 0).sum(...)` for
+both `(loss * loss_mask).sum(...)`) and in utils.masked_mean, which the token mode without batch_num_tokens uses
+(`torch.where(mask.bool(), tensor, 0).sum(dim=dim)`); OpenRLHF PR #1240 (open) does this.
 pgspec rule: adapters/openrlhf/deviations.toml, cause masked-nonfinite (agg.*, loss.*/masked-nan-inf).
 
 Run: python aggregate-loss-masked-nonfinite.py  (OpenRLHF and torch installed). Exit 0: the bug reproduces;
