@@ -2,7 +2,7 @@
 
 Framework: AReaL 1.0.4 (PyPI; byte-identical to commit a0f3dca2), areal/utils/functional/functional.py
 `ppo_actor_loss_fn` (token and sequence/GSPO level) and `sapo_loss_fn`:
-https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/utils/functional/functional.py#L509 (token),
+Source: https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/utils/functional/functional.py#L509 (token),
 https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/utils/functional/functional.py#L136 (GSPO),
 https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/utils/functional/functional.py#L601 (SAPO).
 Spec: `surrogate.ppo_clip` (pgspec spec/surrogate.md#surrogate.ppo_clip): L = -min(r A, clip(r, 1 - eps, 1 + eps) A),

@@ -3,7 +3,7 @@
 Framework: AReaL 1.0.4 (PyPI; byte-identical to commit a0f3dca2): `PPOActor._compute_advantages`
 (areal/trainer/ppo/actor.py) masks the inputs of `KLEstimator` (areal/utils/data.py) as
 `ref_logp *= loss_mask; old_logp *= loss_mask`, so NaN * 0 = NaN stays in the KL:
-https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/trainer/ppo/actor.py#L195
+Source: https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/trainer/ppo/actor.py#L195
 https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/utils/data.py#L1650
 Spec: `kl.k1` / `kl.k2` / `kl.k3` (pgspec spec/kl.md#kl.k1): the per-token estimate of the unmasked
 tokens (k1: y = l - l_ref); a masked position is not read, so nothing non-finite may come out of it (its

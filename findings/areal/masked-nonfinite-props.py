@@ -2,7 +2,7 @@
 
 Framework: AReaL 1.0.4 (PyPI; byte-identical to commit a0f3dca2), areal/utils/functional/functional.py
 `ppo_actor_loss_fn` (importance_sampling_level="token"):
-https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/utils/functional/functional.py#L509
+Source: https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/utils/functional/functional.py#L509
 Spec: the padding property (pgspec spec/properties.md, prop.padding) of `surrogate.ppo_clip`
 (spec/surrogate.md#surrogate.ppo_clip), L = -min(r A, clip(r, 1 - eps, 1 + eps) A), r = exp(l - l_old):
 appending masked positions, whatever they hold, changes neither the loss nor the gradient of the real

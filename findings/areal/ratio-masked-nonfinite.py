@@ -2,7 +2,7 @@
 
 Framework: AReaL 1.0.4 (PyPI; the wheel is byte-identical to commit a0f3dca2), areal/utils/functional/functional.py
 `ppo_actor_loss_fn` (importance_sampling_level="token") and `sapo_loss_fn`:
-https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/utils/functional/functional.py#L509
+Source: https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/utils/functional/functional.py#L509
 https://github.com/areal-project/AReaL/blob/a0f3dca200074f920195e1ec34558538d9c7642d/areal/utils/functional/functional.py#L601
 Spec: `surrogate.ppo_clip` (pgspec spec/surrogate.md#surrogate.ppo_clip): L = -min(r A, clip(r, 1 - eps, 1 + eps) A),
 r = exp(l - l_old), token mean over the unmasked tokens (`loss.bnpo`, spec/loss.md#loss.bnpo), and

@@ -3,7 +3,7 @@
 Framework: NeMo-RL at the head of PR #2269 (is_correction_level), c7b1b01d (2026-04-15),
 nemo_rl/algorithms/loss/loss_functions.py `ClippedPGLossFn`: `kl_importance_weights = torch.exp(curr - gen).detach()`
 with use_on_policy_kl_approximation:
-https://github.com/NVIDIA-NeMo/RL/blob/c7b1b01d215ed1b662f011bf6b88e13d1ef3ef22/nemo_rl/algorithms/loss/loss_functions.py#L363-L370
+Source: https://github.com/NVIDIA-NeMo/RL/blob/c7b1b01d215ed1b662f011bf6b88e13d1ef3ef22/nemo_rl/algorithms/loss/loss_functions.py#L363-L370
 (main, 7ea279ab, keeps the weight differentiable: this script prints FIXED there.)
 Spec: `kl.k3_unbiased` (pgspec spec/kl.md#kl.k3_unbiased): y = w k3(x), w = exp(l - l_gen), x = l_ref - l,
 k3(x) = e^x - x - 1; dy/dl = w k3(x) - w (e^x - 1) = -w x (DeepSeek-V3.2's unbiased KL estimate: the weight's

@@ -3,7 +3,7 @@
 Framework: NeMo-RL main 7ea279ab (2026-08-22): nemo_rl/models/automodel/data.py `process_global_batch`
 computes `global_valid_seqs` as the (all-reduced) sum of `sample_mask`, which counts a sample with no valid
 token; `ClippedPGLossFn` with token_level_loss = False divides the sum of per-sequence means by it:
-https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/models/automodel/data.py#L408-L420
+Source: https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/models/automodel/data.py#L408-L420
 https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/loss/loss_functions.py#L684-L692
 (nemo_rl/models/megatron/data.py computes it the same way.)
 Spec: `loss.grpo` (pgspec spec/loss.md#loss.grpo) with `agg.sample_mean` (spec/agg.md#agg.sample_mean):

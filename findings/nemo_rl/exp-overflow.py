@@ -2,7 +2,7 @@
 
 Framework: NeMo-RL main 7ea279ab (2026-08-22), nemo_rl/algorithms/loss/loss_functions.py `ClippedPGLossFn`
 (`ratios = log_ratios.exp()`, token and sequence level):
-https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/loss/loss_functions.py#L527-L552
+Source: https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/loss/loss_functions.py#L527-L552
 Spec: `surrogate.ppo_clip` (pgspec spec/surrogate.md#surrogate.ppo_clip): L = -min(r A, clip(r, 1 - eps_low,
 1 + eps_high) A), r = exp(l - l_old), gradient 0 on the clipped side (A > 0, r > 1 + eps_high); the same for
 `surrogate.gspo` with the sequence ratio (spec/surrogate.md#surrogate.gspo).

@@ -3,7 +3,7 @@
 Framework: NeMo-RL main 7ea279ab (2026-08-22), nemo_rl/algorithms/loss/loss_functions.py `ClippedPGLossFn`:
 `torch.nan_to_num(weights, nan=0.0, posinf=0.0, neginf=0.0)` before the TIS clamp (and on the on-policy KL
 weight):
-https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/loss/loss_functions.py#L579-L583
+Source: https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/loss/loss_functions.py#L579-L583
 https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/loss/loss_functions.py#L490-L492
 Spec: `is.token.truncate` (pgspec spec/is.md#is.token.truncate): w = min(exp(l_old - l_gen), c_max), applied
 to the token's loss (`loss.grpo` with is_level token, spec/loss.md#loss.grpo).

@@ -2,7 +2,7 @@
 
 Framework: NeMo-RL main 7ea279ab (2026-08-22), nemo_rl/algorithms/loss/loss_functions.py `ClippedPGLossFn`'s
 KL term `calculate_kl(..., importance_sampling_weights=kl_importance_weights)`, i.e. w * k3(x):
-https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/loss/loss_functions.py#L484-L500
+Source: https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/loss/loss_functions.py#L484-L500
 Spec: `kl.k3_unbiased` (pgspec spec/kl.md#kl.k3_unbiased): y = w k3(x), w = exp(l - l_old) (l_old the sampler's),
 x = l_ref - l, k3(x) = e^x - x - 1; dy/dl = w k3(x) - w (e^x - 1) = -w x exactly, which the spec evaluates
 as such.

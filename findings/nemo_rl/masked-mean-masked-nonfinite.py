@@ -2,7 +2,7 @@
 
 Framework: NeMo-RL main 7ea279ab (2026-08-22), nemo_rl/algorithms/utils.py `masked_mean`, used by
 `ClippedPGLossFn` for every reduction:
-https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/utils.py#L224
+Source: https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/utils.py#L224
 Spec: `loss.bnpo` (pgspec spec/loss.md#loss.bnpo): L = sum_{i,t} m_{i,t} l_{i,t} / sum m, with
 l = -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A), r = exp(l - l_old); masked positions are excluded,
 never multiplied by 0 (spec/agg.md#agg.token_mean).

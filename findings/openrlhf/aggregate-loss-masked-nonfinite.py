@@ -2,7 +2,7 @@
 
 Framework: OpenRLHF 0.11.2 (PyPI), openrlhf/models/loss.py `aggregate_loss` and
 openrlhf/models/utils.py `masked_mean`:
-https://github.com/OpenRLHF/OpenRLHF/blob/v0.11.2/openrlhf/models/loss.py#L29-L38
+Source: https://github.com/OpenRLHF/OpenRLHF/blob/v0.11.2/openrlhf/models/loss.py#L29-L38
 Spec: `agg.token_mean` and `agg.sample_mean` (pgspec spec/agg.md#agg.token_mean,
 spec/agg.md#agg.sample_mean): T(q) = sum_{i,t} m_{i,t} q_{i,t} / N_tok and
 S(q) = (1/N) sum_i (sum_t m_{i,t} q_{i,t}) / L_i, where masked positions are excluded, never multiplied by 0.
@@ -13,7 +13,7 @@ both `(loss * loss_mask).sum(...)`) and in utils.masked_mean, which the token mo
 (`torch.where(mask.bool(), tensor, 0).sum(dim=dim)`); OpenRLHF PR #1240 (open) does this.
 pgspec rule: adapters/openrlhf/deviations.toml, cause masked-nonfinite (agg.*, loss.*/masked-nan-inf).
 
-Run: python aggregate-loss-masked-nonfinite.py  (OpenRLHF and torch installed). Exit 0: the bug reproduces;
+Run: python findings/openrlhf/aggregate-loss-masked-nonfinite.py  (OpenRLHF and torch installed). Exit 0: the bug reproduces;
 1: fixed; 2: could not run. If `openrlhf.models` cannot be imported (its __init__ needs peft, deepspeed,
 transformers, ...), loss.py and utils.py are loaded from the installed package by path with two stand-ins:
 an empty `openrlhf.models` package module and, when deepspeed is missing, an empty `deepspeed` module
@@ -49,6 +49,12 @@ def load_openrlhf():
     return loaded["loss"], loaded["utils"]
 
 
+def version():
+    from importlib import metadata
+
+    return metadata.version("openrlhf")
+
+
 def main():
     import torch
 
@@ -65,9 +71,9 @@ def main():
     what = (f"aggregate_loss with NaN/inf at a padded position (expected token mean {exp_token.item():g}, got "
             f"{got_token:g}; expected sample mean {exp_sample.item():g}, got {got_sample:g})")
     if all(ok):
-        print(f"FIXED: {what}")
+        print(f"FIXED: OpenRLHF {version()} {what}")
         return 1
-    print(f"REPRODUCED: {what}")
+    print(f"REPRODUCED: OpenRLHF {version()} {what}")
     return 0
 
 

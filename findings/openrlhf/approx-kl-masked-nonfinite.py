@@ -2,7 +2,7 @@
 
 Framework: OpenRLHF 0.11.2 (PyPI), openrlhf/models/utils.py `compute_approx_kl` (kl_estimator="k2", and
 the k2 gradient of unbiased_gradient=True):
-https://github.com/OpenRLHF/OpenRLHF/blob/v0.11.2/openrlhf/models/utils.py#L97-L101
+Source: https://github.com/OpenRLHF/OpenRLHF/blob/v0.11.2/openrlhf/models/utils.py#L97-L101
 Spec: `kl.k2` (pgspec spec/kl.md#kl.k2): y = clip(x^2 / 2, -10, 10) with x = l - l_ref,
 gradient l - l_ref where unclamped, else 0; `kl.k3_straight_through` (spec/kl.md#kl.k3_straight_through):
 gradient l - l_ref. A masked position is not read: its gradient is exactly 0.
@@ -17,7 +17,7 @@ Fix: pass the action mask in and zero the log-ratio at padded positions before t
 pgspec rule: adapters/openrlhf/deviations.toml, cause masked-nonfinite (kl.k2/masked-nan-inf,
 kl.k3_straight_through/masked-nan-inf).
 
-Run: python approx-kl-masked-nonfinite.py  (OpenRLHF and torch installed). Exit 0: the bug reproduces;
+Run: python findings/openrlhf/approx-kl-masked-nonfinite.py  (OpenRLHF and torch installed). Exit 0: the bug reproduces;
 1: fixed; 2: could not run. If `openrlhf.models` cannot be imported (its __init__ needs peft, deepspeed,
 transformers, ...), loss.py and utils.py are loaded from the installed package by path with two stand-ins:
 an empty `openrlhf.models` package module and, when deepspeed is missing, an empty `deepspeed` module.
@@ -52,6 +52,12 @@ def load_openrlhf():
     return loaded["loss"], loaded["utils"]
 
 
+def version():
+    from importlib import metadata
+
+    return metadata.version("openrlhf")
+
+
 def main():
     import torch
 
@@ -73,9 +79,9 @@ def main():
     what = (f"compute_approx_kl gradient with an infinite log-ratio at a padded position (expected "
             f"{[round(v, 6) for v in expected]}; got {shown})")
     if all(all(abs(a - b) <= 1e-6 for a, b in zip(g, expected)) for g in got.values()):
-        print(f"FIXED: {what}")
+        print(f"FIXED: OpenRLHF {version()} {what}")
         return 1
-    print(f"REPRODUCED: {what}")
+    print(f"REPRODUCED: OpenRLHF {version()} {what}")
     return 0
 
 

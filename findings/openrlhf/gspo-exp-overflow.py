@@ -1,7 +1,7 @@
 """OpenRLHF: GSPO exponentiates the unclamped mean log-ratio; in float32 the clipped side's gradient is NaN.
 
 Framework: OpenRLHF 0.11.2 (PyPI), openrlhf/models/loss.py `PolicyLoss.forward`, policy_loss_type="gspo":
-https://github.com/OpenRLHF/OpenRLHF/blob/v0.11.2/openrlhf/models/loss.py#L195-L196
+Source: https://github.com/OpenRLHF/OpenRLHF/blob/v0.11.2/openrlhf/models/loss.py#L195-L196
 (the "ppo" branch clamps the log-ratio to [-20, 20] at L187; the "gspo" branch does not).
 Spec: `surrogate.gspo` (pgspec spec/surrogate.md#surrogate.gspo):
 L_i = -min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i), gradient 0 on the clipped side
@@ -15,7 +15,7 @@ Fix: clamp the sequence log-ratio before exp, as the ppo branch does (OpenRLHF P
 `ratio = ratio.clamp(max=20.0).exp().unsqueeze(-1) * action_mask` (any cap above log(1 + eps_high) keeps the value).
 pgspec rule: adapters/openrlhf/deviations.toml, cause exp-overflow (surrogate.gspo/log-ratio-200-clipped-side).
 
-Run: python gspo-exp-overflow.py  (OpenRLHF and torch installed). Exit 0: the bug reproduces; 1: fixed;
+Run: python findings/openrlhf/gspo-exp-overflow.py  (OpenRLHF and torch installed). Exit 0: the bug reproduces; 1: fixed;
 2: could not run. If `openrlhf.models` cannot be imported (its __init__ needs peft, deepspeed, transformers,
 ...), loss.py and utils.py are loaded from the installed package by path with two stand-ins: an empty
 `openrlhf.models` package module and, when deepspeed is missing, an empty `deepspeed` module.
@@ -50,6 +50,12 @@ def load_openrlhf():
     return loaded["loss"], loaded["utils"]
 
 
+def version():
+    from importlib import metadata
+
+    return metadata.version("openrlhf")
+
+
 def main():
     import torch
 
@@ -72,9 +78,9 @@ def main():
     what = (f"float32 GSPO at a mean log-ratio of 200 on the clipped side (expected loss {expected.item():g}, "
             f"got {got:g}; expected gradient {exp_grad:g}, got {got_grad:g})")
     if abs(got - expected.item()) <= 1e-6 and abs(got_grad - exp_grad) <= 1e-6:
-        print(f"FIXED: {what}")
+        print(f"FIXED: OpenRLHF {version()} {what}")
         return 1
-    print(f"REPRODUCED: {what}")
+    print(f"REPRODUCED: OpenRLHF {version()} {what}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """OpenRLHF: a NaN or inf log-prob at a padded position makes the GSPO loss NaN.
 
 Framework: OpenRLHF 0.11.2 (PyPI), openrlhf/models/loss.py `PolicyLoss.forward`, policy_loss_type="gspo":
-https://github.com/OpenRLHF/OpenRLHF/blob/v0.11.2/openrlhf/models/loss.py#L195
+Source: https://github.com/OpenRLHF/OpenRLHF/blob/v0.11.2/openrlhf/models/loss.py#L195
 Spec: `surrogate.gspo` (pgspec spec/surrogate.md#surrogate.gspo):
 s_i = exp((1/L_i) sum_t m_{i,t} (l_{i,t} - l_old_{i,t})), L_i = -min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i);
 masked positions are excluded from the sum, never multiplied by 0.
@@ -15,7 +15,7 @@ ratio is NaN. This is not the aggregate_loss bug (the per-token loss at the padd
 Fix: `ratio = torch.where(action_mask.bool(), log_ratio, 0).sum(dim=-1) / action_mask.sum(dim=-1).clamp(min=1)`.
 pgspec rule: adapters/openrlhf/deviations.toml, cause masked-nonfinite (surrogate.gspo/masked-nan-inf).
 
-Run: python gspo-masked-nonfinite.py  (OpenRLHF and torch installed). Exit 0: the bug reproduces; 1: fixed;
+Run: python findings/openrlhf/gspo-masked-nonfinite.py  (OpenRLHF and torch installed). Exit 0: the bug reproduces; 1: fixed;
 2: could not run. If `openrlhf.models` cannot be imported (its __init__ needs peft, deepspeed, transformers,
 ...), loss.py and utils.py are loaded from the installed package by path with two stand-ins: an empty
 `openrlhf.models` package module and, when deepspeed is missing, an empty `deepspeed` module.
@@ -50,6 +50,12 @@ def load_openrlhf():
     return loaded["loss"], loaded["utils"]
 
 
+def version():
+    from importlib import metadata
+
+    return metadata.version("openrlhf")
+
+
 def main():
     import torch
 
@@ -74,9 +80,9 @@ def main():
     what = (f"PolicyLoss(policy_loss_type='gspo') with a NaN log-prob at a padded position (expected loss "
             f"{expected.item():g}, got {got:g}; expected gradient at the real token {exp_grad:g}, got {got_grad:g})")
     if abs(got - expected.item()) <= 1e-6 and abs(got_grad - exp_grad) <= 1e-6:
-        print(f"FIXED: {what}")
+        print(f"FIXED: OpenRLHF {version()} {what}")
         return 1
-    print(f"REPRODUCED: {what}")
+    print(f"REPRODUCED: OpenRLHF {version()} {what}")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Framework: OpenRLHF 0.11.2 (PyPI), openrlhf/models/loss.py `PolicyLoss.forward` (policy_loss_type="ppo",
 with or without dual_clip):
-https://github.com/OpenRLHF/OpenRLHF/blob/v0.11.2/openrlhf/models/loss.py#L200-L212
+Source: https://github.com/OpenRLHF/OpenRLHF/blob/v0.11.2/openrlhf/models/loss.py#L200-L212
 Spec: `surrogate.dual_clip` (pgspec spec/surrogate.md#surrogate.dual_clip): for A < 0,
 L = min(L_clip, -c A), else L_clip = -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A); a masked position is
 not read, so its gradient is exactly 0 whatever junk it holds (pgspec spec/agg.md, "Masked positions").
@@ -18,7 +18,7 @@ top of `PolicyLoss.forward`.
 pgspec rule: adapters/openrlhf/deviations.toml, cause masked-nonfinite (prop.padding/surrogate.dual_clip,
 prop.on_policy/surrogate.dual_clip).
 
-Run: python policy-loss-masked-nonfinite.py  (OpenRLHF and torch installed). Exit 0: the bug reproduces;
+Run: python findings/openrlhf/policy-loss-masked-nonfinite.py  (OpenRLHF and torch installed). Exit 0: the bug reproduces;
 1: fixed; 2: could not run. If `openrlhf.models` cannot be imported (its __init__ needs peft, deepspeed,
 transformers, ...), loss.py and utils.py are loaded from the installed package by path with two stand-ins:
 an empty `openrlhf.models` package module and, when deepspeed is missing, an empty `deepspeed` module.
@@ -53,6 +53,12 @@ def load_openrlhf():
     return loaded["loss"], loaded["utils"]
 
 
+def version():
+    from importlib import metadata
+
+    return metadata.version("openrlhf")
+
+
 def main():
     import torch
 
@@ -77,9 +83,9 @@ def main():
     what = (f"PolicyLoss(dual_clip=3) gradient with an inf advantage at a padded position (expected "
             f"{[round(v, 6) for v in expected]}, got {[round(v, 6) for v in got]})")
     if all(abs(g - e) <= 1e-6 for g, e in zip(got, expected)):
-        print(f"FIXED: {what}")
+        print(f"FIXED: OpenRLHF {version()} {what}")
         return 1
-    print(f"REPRODUCED: {what}")
+    print(f"REPRODUCED: OpenRLHF {version()} {what}")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Framework: skyrl-train 0.3.1 (PyPI; byte-identical to NovaSky-AI/SkyRL ce6def0e), skyrl_train/utils/ppo_utils.py
 `compute_policy_loss_cispo` (PolicyLossRegistry "cispo"):
-https://github.com/NovaSky-AI/SkyRL/blob/ce6def0e8f996eb823de4f10d1c0d1528c9a2f6b/skyrl-train/skyrl_train/utils/ppo_utils.py#L743-L745
+Source: https://github.com/NovaSky-AI/SkyRL/blob/ce6def0e8f996eb823de4f10d1c0d1528c9a2f6b/skyrl-train/skyrl_train/utils/ppo_utils.py#L743-L745
 Spec: `surrogate.cispo` (pgspec spec/surrogate.md#surrogate.cispo): L_{i,t} = -sg[w_{i,t}] A_{i,t} l_{i,t},
 w = clip(r, 1 - eps_low, 1 + eps_high) (relative form), dL/dl = -w A; a masked position is not read, so its
 gradient is exactly 0.
@@ -17,21 +17,22 @@ and `ratio = torch.where(loss_mask.bool(), ratio, 1)` at the top of compute_poli
 pgspec rule: adapters/skyrl/deviations.toml, cause masked-nonfinite (surrogate.cispo/masked-nan-inf).
 
 Run: python findings/skyrl/cispo-masked-nonfinite.py  (skyrl-train and torch installed). Exit 0: the bug reproduces; 1: fixed;
-2: could not run. No stand-in: the functions are imported from skyrl_train as installed.
+2: could not run. No stand-in: the functions are imported from skyrl_train as installed; the config
+holds ppo_base_config.yaml's defaults (SkyRL reads that file through hydra, which its CI environment lacks).
 """
 import sys
 
 
 def skyrl():
-    """skyrl_train.utils.ppo_utils and SkyRL's default trainer.algorithm config (ppo_base_config.yaml)."""
-    from importlib import resources
-
-    from omegaconf import OmegaConf  # a dependency of skyrl-train; its config objects are DictConfigs
+    """skyrl_train.utils.ppo_utils and a trainer.algorithm config holding the defaults of SkyRL's
+    skyrl_train/config/ppo_base_config.yaml (0.3.1) for every field the policy losses read."""
     from skyrl_train.utils import ppo_utils
 
-    path = resources.files("skyrl_train") / "config" / "ppo_base_config.yaml"
-    algorithm = OmegaConf.load(str(path)).trainer.algorithm
-    algorithm.max_seq_len = None
+    algorithm = ppo_utils.DictConfig({  # the config type the losses take (omegaconf's, as ppo_utils imports it)
+        "policy_loss_type": "regular", "loss_reduction": "token_mean", "eps_clip_low": 0.2, "eps_clip_high": 0.2,
+        "clip_ratio_c": 3.0, "use_tis": False, "tis_imp_ratio_cap": -1.0, "kl_estimator_type": "k3",
+        "cispo": {"cispo_eps_clip_low": 0, "cispo_eps_clip_high": 5}, "sapo": {"tau_pos": 1.0, "tau_neg": 1.05},
+        "max_seq_len": None})
     return ppo_utils, algorithm
 
 

@@ -2,7 +2,7 @@
 
 Framework: skyrl-train 0.3.1 (PyPI; byte-identical to NovaSky-AI/SkyRL ce6def0e), skyrl_train/utils/ppo_utils.py
 `compute_approx_kl`:
-https://github.com/NovaSky-AI/SkyRL/blob/ce6def0e8f996eb823de4f10d1c0d1528c9a2f6b/skyrl-train/skyrl_train/utils/ppo_utils.py#L91-L92
+Source: https://github.com/NovaSky-AI/SkyRL/blob/ce6def0e8f996eb823de4f10d1c0d1528c9a2f6b/skyrl-train/skyrl_train/utils/ppo_utils.py#L91-L92
 Known upstream: SkyRL #1340, fixed by #1353 after 0.3.1 (this script then prints FIXED).
 Spec: `kl.k3` (pgspec spec/kl.md#kl.k3): y = e^x - x - 1 with x = l_ref - l (clamped to [-20, 20], y to
 [-10, 10]), dy/dl = 1 - e^x; likewise k1 (dy/dl = 1), k2 (l - l_ref) and abs (sign(l - l_ref)).
@@ -14,21 +14,22 @@ Fix: remove the `@torch.no_grad()` decorator from compute_approx_kl (what #1353 
 pgspec rule: adapters/skyrl/deviations.toml, cause missing-gradient (kl.*).
 
 Run: python findings/skyrl/kl-no-gradient.py  (skyrl-train and torch installed). Exit 0: the bug reproduces; 1: fixed;
-2: could not run. No stand-in: the functions are imported from skyrl_train as installed.
+2: could not run. No stand-in: the functions are imported from skyrl_train as installed; the config
+holds ppo_base_config.yaml's defaults (SkyRL reads that file through hydra, which its CI environment lacks).
 """
 import sys
 
 
 def skyrl():
-    """skyrl_train.utils.ppo_utils and SkyRL's default trainer.algorithm config (ppo_base_config.yaml)."""
-    from importlib import resources
-
-    from omegaconf import OmegaConf  # a dependency of skyrl-train; its config objects are DictConfigs
+    """skyrl_train.utils.ppo_utils and a trainer.algorithm config holding the defaults of SkyRL's
+    skyrl_train/config/ppo_base_config.yaml (0.3.1) for every field the policy losses read."""
     from skyrl_train.utils import ppo_utils
 
-    path = resources.files("skyrl_train") / "config" / "ppo_base_config.yaml"
-    algorithm = OmegaConf.load(str(path)).trainer.algorithm
-    algorithm.max_seq_len = None
+    algorithm = ppo_utils.DictConfig({  # the config type the losses take (omegaconf's, as ppo_utils imports it)
+        "policy_loss_type": "regular", "loss_reduction": "token_mean", "eps_clip_low": 0.2, "eps_clip_high": 0.2,
+        "clip_ratio_c": 3.0, "use_tis": False, "tis_imp_ratio_cap": -1.0, "kl_estimator_type": "k3",
+        "cispo": {"cispo_eps_clip_low": 0, "cispo_eps_clip_high": 5}, "sapo": {"tau_pos": 1.0, "tau_neg": 1.05},
+        "max_seq_len": None})
     return ppo_utils, algorithm
 
 

@@ -3,7 +3,7 @@
 Framework: slime main 624b824a (2026-08-21), slime/backends/megatron_utils/loss.py `loss_function`:
 `num_tokens = sum([torch.clamp_min(loss_mask.sum(), 1) for loss_mask in batch["loss_masks"]])`, the
 normalizer Megatron divides the per-token loss by:
-https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/backends/megatron_utils/loss.py#L1317
+Source: https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/backends/megatron_utils/loss.py#L1317
 Spec: `loss.bnpo` (pgspec spec/loss.md#loss.bnpo) with `agg.token_mean` (spec/agg.md#agg.token_mean):
 L = sum_{i,t} m_{i,t} l_{i,t} / N_tok, N_tok = sum_{i,t} m_{i,t}, the number of loss tokens.
 Input: two samples on policy (log_probs = old log_probs), A = 1, GRPO defaults with calculate_per_token_loss:
@@ -97,7 +97,10 @@ def slime_args(**kw):
              tis_clip=2.0, tis_clip_low=0.0, custom_tis_function_path=None, calculate_per_token_loss=False,
              entropy_coef=0.0, use_kl_loss=False, kl_loss_type="k3", kl_loss_coef=0.0, use_unbiased_kl=False,
              custom_pg_loss_reducer_function_path=None, rollout_temperature=1.0, log_probs_chunk_size=-1,
-             allgather_cp=False, rollout_top_p=1.0, loss_type="policy_loss", recompute_loss_function=False)
+             allgather_cp=False, rollout_top_p=1.0, loss_type="policy_loss", recompute_loss_function=False,
+             # options of the PR #2060 (--pg-loss-divisor, --qkv-format) and #2090 (--loss-aggregation) heads
+             qkv_format="thd", pg_loss_divisor=None, loss_aggregation="sample_mean", loss_aggregation_divisor=None,
+             n_samples_per_prompt=1)
     a.update(kw)
     return Namespace(**a)
 

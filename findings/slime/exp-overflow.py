@@ -2,7 +2,7 @@
 
 Framework: slime main 624b824a (2026-08-21), slime/utils/ppo_utils.py `compute_policy_loss`
 (`ratio = (-ppo_kl).exp()`, ppo_kl = old - new), used by policy_loss_function for GRPO/PPO and dual clip:
-https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/utils/ppo_utils.py#L132-L136
+Source: https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/utils/ppo_utils.py#L132-L136
 Spec: `surrogate.ppo_clip` (pgspec spec/surrogate.md#surrogate.ppo_clip): L = -min(r A, clip(r, 1 - eps_low,
 1 + eps_high) A), r = exp(l - l_old), gradient 0 on the clipped side (A > 0, r > 1 + eps_high).
 Input (float32): one token, log_prob 0, old log_prob -200 (log-ratio 200), A = 1, eps_clip = eps_clip_high = 0.2;
@@ -96,7 +96,10 @@ def slime_args(**kw):
              tis_clip=2.0, tis_clip_low=0.0, custom_tis_function_path=None, calculate_per_token_loss=False,
              entropy_coef=0.0, use_kl_loss=False, kl_loss_type="k3", kl_loss_coef=0.0, use_unbiased_kl=False,
              custom_pg_loss_reducer_function_path=None, rollout_temperature=1.0, log_probs_chunk_size=-1,
-             allgather_cp=False, rollout_top_p=1.0, loss_type="policy_loss", recompute_loss_function=False)
+             allgather_cp=False, rollout_top_p=1.0, loss_type="policy_loss", recompute_loss_function=False,
+             # options of the PR #2060 (--pg-loss-divisor, --qkv-format) and #2090 (--loss-aggregation) heads
+             qkv_format="thd", pg_loss_divisor=None, loss_aggregation="sample_mean", loss_aggregation_divisor=None,
+             n_samples_per_prompt=1)
     a.update(kw)
     return Namespace(**a)
 

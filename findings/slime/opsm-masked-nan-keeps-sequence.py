@@ -3,7 +3,7 @@
 Framework: slime main 624b824a (2026-08-21), slime/utils/ppo_utils.py `compute_opsm_mask`:
 `seq_kl = ((full_old_log_prob - full_log_prob) * loss_mask).sum() / ...`, then
 `mask = ((advantage < 0) & (seq_kl > args.opsm_delta))`:
-https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/utils/ppo_utils.py#L83-L86
+Source: https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/utils/ppo_utils.py#L83-L86
 Spec: `mask.opsm` (pgspec spec/mask.md#mask.opsm): kappa_i = (1/L_i) sum_t m_{i,t} (l_mu - l), M_i = 0 if A_i < 0
 and kappa_i > delta, else 1; masked positions are excluded from kappa, never multiplied by 0.
 Input: one sample, log_probs = [-1, 0], old (sampler) log_probs = [-0.5, NaN], loss_mask = [1, 0],
@@ -94,7 +94,10 @@ def slime_args(**kw):
              tis_clip=2.0, tis_clip_low=0.0, custom_tis_function_path=None, calculate_per_token_loss=False,
              entropy_coef=0.0, use_kl_loss=False, kl_loss_type="k3", kl_loss_coef=0.0, use_unbiased_kl=False,
              custom_pg_loss_reducer_function_path=None, rollout_temperature=1.0, log_probs_chunk_size=-1,
-             allgather_cp=False, rollout_top_p=1.0, loss_type="policy_loss", recompute_loss_function=False)
+             allgather_cp=False, rollout_top_p=1.0, loss_type="policy_loss", recompute_loss_function=False,
+             # options of the PR #2060 (--pg-loss-divisor, --qkv-format) and #2090 (--loss-aggregation) heads
+             qkv_format="thd", pg_loss_divisor=None, loss_aggregation="sample_mean", loss_aggregation_divisor=None,
+             n_samples_per_prompt=1)
     a.update(kw)
     return Namespace(**a)
 

@@ -2,7 +2,7 @@
 
 Framework: slime main 624b824a (2026-08-21), slime/backends/megatron_utils/cp_utils.py
 `get_sum_of_sample_mean` (its sample-mean and per-token reducers):
-https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/backends/megatron_utils/cp_utils.py#L76
+Source: https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/slime/backends/megatron_utils/cp_utils.py#L76
 Spec: `agg.sample_mean` (pgspec spec/agg.md#agg.sample_mean) and `agg.token_mean` (spec/agg.md#agg.token_mean):
 sums of m_{i,t} x_{i,t} over the unmasked tokens; masked positions are excluded, never multiplied by 0.
 Input: one sample of two response tokens, x = [1, NaN], loss_mask = [1, 0] (the second token masked, e.g. a
@@ -94,7 +94,10 @@ def slime_args(**kw):
              tis_clip=2.0, tis_clip_low=0.0, custom_tis_function_path=None, calculate_per_token_loss=False,
              entropy_coef=0.0, use_kl_loss=False, kl_loss_type="k3", kl_loss_coef=0.0, use_unbiased_kl=False,
              custom_pg_loss_reducer_function_path=None, rollout_temperature=1.0, log_probs_chunk_size=-1,
-             allgather_cp=False, rollout_top_p=1.0, loss_type="policy_loss", recompute_loss_function=False)
+             allgather_cp=False, rollout_top_p=1.0, loss_type="policy_loss", recompute_loss_function=False,
+             # options of the PR #2060 (--pg-loss-divisor, --qkv-format) and #2090 (--loss-aggregation) heads
+             qkv_format="thd", pg_loss_divisor=None, loss_aggregation="sample_mean", loss_aggregation_divisor=None,
+             n_samples_per_prompt=1)
     a.update(kw)
     return Namespace(**a)
 

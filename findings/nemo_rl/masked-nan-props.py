@@ -2,7 +2,7 @@
 
 Framework: NeMo-RL main 7ea279ab (2026-08-22), nemo_rl/algorithms/utils.py `masked_mean` inside
 `ClippedPGLossFn`:
-https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/utils.py#L224
+Source: https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/utils.py#L224
 Spec: the padding property (pgspec spec/properties.md, prop.padding) of `loss.grpo` (spec/loss.md#loss.grpo):
 appending masked positions, whatever they hold, changes neither the loss nor the gradient of the real tokens,
 and the appended positions get gradient exactly 0. Same root cause as
@@ -19,7 +19,7 @@ value), and `log_ratios = torch.where(mask.bool(), curr_logprobs - prev_logprobs
 in ClippedPGLossFn (the gradient: with masked_mean alone the zero cotangent still meets exp(NaN) there).
 pgspec rule: adapters/nemo_rl/deviations.toml, rule "masked-nan-props", cause masked-nonfinite.
 
-Run: python findings/nemo_rl/masked-nonfinite-props.py /path/to/NeMo-RL  (or FINDINGS_SOURCE=/path/to/NeMo-RL). Exit 0: the
+Run: python findings/nemo_rl/masked-nan-props.py /path/to/NeMo-RL  (or FINDINGS_SOURCE=/path/to/NeMo-RL). Exit 0: the
 bug reproduces; 1: fixed; 2: could not run. NeMo-RL's loss code is not pip-installable (PyPI's nemo-rl is
 a placeholder), so the script executes nemo_rl/algorithms/loss/loss_functions.py, loss/interfaces.py and
 algorithms/utils.py from the checkout, with torch, pydantic and numpy. Stand-ins (written inline below):
