@@ -93,10 +93,21 @@ def call(adapter, formula_id: str, tensors: dict, params: dict):
         grads = out.get("grad")
         diff = [n for n in f.differentiable if n in tensors]
         if grads is None and diff and f.grad_of in out:
-            obj = objective(out[f.grad_of], tensors.get("mask"))
-            got = torch.autograd.grad(obj, [tensors[n] for n in diff], allow_unused=True)
+            got = autograd(out[f.grad_of], tensors, diff)
             grads = {n: (g if g is not None else torch.zeros_like(tensors[n])) for n, g in zip(diff, got)}
     return out, grads or {}
+
+
+def autograd(out, tensors: dict, names: list) -> list:
+    """The gradients of ``objective(out)`` with respect to ``tensors[name]`` for each of ``names``: a
+    tensor, or None for an input the output has no autograd path to (all None when the output does
+    not require grad at all: detached, or computed under no_grad)."""
+    import torch
+
+    obj = objective(out, tensors.get("mask"))
+    if not (isinstance(obj, torch.Tensor) and obj.requires_grad):
+        return [None] * len(names)
+    return list(torch.autograd.grad(obj, [tensors[n] for n in names], allow_unused=True))
 
 
 # ------------------------------------------------------------------------------------------------
