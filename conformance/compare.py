@@ -81,10 +81,11 @@ def objective(out, mask):
     return out.sum()
 
 
-def call(adapter, formula_id: str, tensors: dict, params: dict):
+def call(adapter, formula_id: str, tensors: dict, params: dict, unconnected: list | None = None):
     """(outputs, gradients) of the adapter's formula on ``tensors``: the adapter's own gradients
     when it returns them (``out["grad"]``), else autograd of ``objective`` of the ``grad_of``
-    output with respect to every differentiable input given (zeros where unused)."""
+    output with respect to every differentiable input given (zeros where unused; the names of
+    those inputs are appended to ``unconnected`` when a list is given)."""
     import torch
 
     f = REGISTRY[formula_id]
@@ -95,6 +96,8 @@ def call(adapter, formula_id: str, tensors: dict, params: dict):
         if grads is None and diff and f.grad_of in out:
             got = autograd(out[f.grad_of], tensors, diff)
             grads = {n: (g if g is not None else torch.zeros_like(tensors[n])) for n, g in zip(diff, got)}
+            if unconnected is not None:
+                unconnected.extend(n for n, g in zip(diff, got) if g is None)
     return out, grads or {}
 
 

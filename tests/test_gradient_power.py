@@ -65,7 +65,7 @@ def _detaching(formulas):
         out[key] = out[key].detach()
         return out
 
-    return Adapter(name="detached", framework="detached", version="0", dtypes=("float64",),
+    return Adapter(name="detached", framework="detached", version="0", dtypes=("float64", "float32"),
                    implementations={fid: (lambda inputs, params, fid=fid: call(fid, inputs, params))
                                     for fid in formulas})
 
@@ -82,3 +82,13 @@ def test_a_detached_output_is_not_connected_on_every_case_with_a_non_zero_gradie
             assert runner.REGISTRY[case["formula"]].grad_of in result.message
         else:  # nothing to connect: the zeros are the gradient
             assert result.outcome != "error" or "not connected" not in result.message, case["id"]
+
+
+@pytest.mark.parametrize("formula", ["loss.bnpo", "loss.gspo", "agg.token_mean"])
+def test_pgspec_check_calls_a_detached_output_not_connected(formula):
+    from pgspec.conformance import check
+
+    adapter = _detaching([formula])
+    res = check.run_check(adapter, formula, 2, 64, "float32")
+    assert res.outcome == "error" and res.message.startswith("not connected"), res.message
+    assert check.run_check(runner.load_adapter("torch"), formula, 2, 64, "float32").outcome == "pass"
