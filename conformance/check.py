@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from typing import NamedTuple
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 
@@ -847,7 +848,20 @@ def _to_l(dx, x, Ex, A, C):
     |local derivatives|) is what a composite carries on below l (check_head_loss.py)."""
     if callable(dx):
         return dx(A, C)
+    if isinstance(dx, Factor):  # x = l m: the edge m, which errs as m does (reference._ad._edge_error)
+        m = dx.value.abs()
+        return A * m, (C + A * _rel(dx.value, dx.error)) * m
     return A * dx.abs(), (C + A * _rel(x, Ex)) * dx.abs()
+
+
+class Factor(NamedTuple):
+    """The derivative dx/dl of a product node x = l m: the other factor m (``value``) and its forward
+    error E(m) (``error``); the edge carries rho = 1 + E(m)/|m|, not x's relative error."""
+    value: object
+    error: object
+
+    def abs(self):
+        return self.value.abs()
 
 
 def _pick(cond, yes, no):
@@ -915,7 +929,8 @@ def _cispo_terms(l, old, adv, mask, cap_form, eps_low, eps_high, clamp):
     x = l * m
     Ex = x.abs() + l.abs() * Em
     zero = torch.zeros_like(x)
-    return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
+    return (torch.where(mask, x, zero), torch.where(mask, Ex, zero),
+            Factor(torch.where(mask, m, zero), torch.where(mask, Em, zero)))
 
 
 def _vespo_terms(l, old, adv, mask, p, inexact_l=False, sampler=None):
@@ -965,7 +980,8 @@ def _vespo_terms(l, old, adv, mask, p, inexact_l=False, sampler=None):
     Em = m.abs() + a.abs() * (phi + Ephi)
     x = l * m
     Ex = x.abs() + l.abs() * Em
-    return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
+    return (torch.where(mask, x, zero), torch.where(mask, Ex, zero),
+            Factor(torch.where(mask, m, zero), torch.where(mask, Em, zero)))
 
 
 def _minirl_terms(l, old, sampler, adv, mask, p):
@@ -989,8 +1005,8 @@ def _minirl_terms(l, old, sampler, adv, mask, p):
     x = l * m
     Ex = x.abs() + l.abs() * Em
     node = mask & ~dropped
-    return (torch.where(node, x, zero), torch.where(node, Ex, zero), torch.where(node, m, zero),
-            node & (x != 0), node)
+    return (torch.where(node, x, zero), torch.where(node, Ex, zero),
+            Factor(torch.where(node, m, zero), torch.where(node, Em, zero)), node & (x != 0), node)
 
 
 def _sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp, El=None):
@@ -1021,7 +1037,7 @@ def _sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp, El=None):
 
     def backward(A_x, C_x):
         # G is a fused node that states its derivative's error (dscale)
-        A_G, C_G = A_x * a.abs(), (C_x + A_x * _rel(x, Ex)) * a.abs()
+        A_G, C_G = A_x * a.abs(), (C_x + 2 * A_x) * a.abs()      # x = G (-A): the edge -A, rho = 1 + rel(-A) = 2
         live = mask & ~clamped
         return torch.where(live, A_G * slope, zero), torch.where(live, C_G * slope + A_G * dscale, zero)
 
@@ -1045,6 +1061,18 @@ def _clip_node(v, E, lo, hi):
     return c, torch.where(inside, E, c.abs()), inside
 
 
+def _em1x_rho(x, Ex, e1):
+    """rho of k3's edge e^x - 1 (reference._ad._edge_error, "em1x"): the usual backward of e^x - 1 - x
+    forms it as a e^x - a, from a rounded e^x of an x that errs by E(x): 1 + (2 e^x + |e^x - 1|) /
+    |e^x - 1| + e^x E(x) / |e^x - 1|, 0 where e^x - 1 = 0 (no derivative to err)."""
+    import torch
+
+    em = e1.abs()
+    ex = e1 + 1
+    safe = torch.where(em != 0, em, torch.ones_like(em))
+    return torch.where(em != 0, 1 + (2 * ex + em) / safe + ex * Ex / safe, torch.zeros_like(em))
+
+
 def _k2_nodes(x, Ex):
     """k2 = x x / 2 (reference.kl.k2): the product node m = x x (two edges of |x| to x) and m / 2:
     (k2, E(k2), the pass from k2 back to x)."""
@@ -1054,8 +1082,8 @@ def _k2_nodes(x, Ex):
     Ey = y.abs() + Em / 2
 
     def back(A, C):
-        A_m, C_m = A / 2, (C + A * _rel(y, Ey)) / 2
-        return 2 * x.abs() * A_m, 2 * x.abs() * (C_m + A_m * _rel(m, Em))
+        A_m, C_m = A / 2, (C + 2 * A) / 2                 # y = m / 2: a constant, rho = 2
+        return 2 * x.abs() * A_m, 2 * x.abs() * (C_m + A_m * _rel(x, Ex))   # m = x x: each edge the other x
 
     return y, Ey, back
 
@@ -1074,7 +1102,7 @@ def _estimator_nodes(est, x, Ex):
         e1 = torch.expm1(x)
         y = e1 - x
         Ey = torch.exp(x) + e1.abs() + y.abs() + e1.abs() * Ex
-        return y, Ey, lambda A, C: (A * e1.abs(), (C + A * _rel(y, Ey)) * e1.abs())
+        return y, Ey, lambda A, C: (A * e1.abs(), (C + A * _em1x_rho(x, Ex, e1)) * e1.abs())
     if est == "abs":                            # |x|: the edge sign(x), 0 at x = 0
         y, s = x.abs(), torch.sign(x).abs()
         Ey = y + s * Ex
@@ -1118,9 +1146,16 @@ def _kl_terms(l, old, ref, mask, p, El=None):
         slope = torch.where(inside, (w * x).abs(), zero if p["kl_sg_ratio_where_clamped"] else y.abs())
         if El is not None:
             Ey = Ey + slope * El
+        # inside the clamp the fused node states its derivative's error (reference.kl.k3_unbiased's dscale):
+        # the chain rule's w k3(x) - w (e^x - 1), each product's error and their difference's rounding
+        e_w = w * (1 + d.abs())
+        e_k = torch.exp(xc) + e1.abs() + k.abs() + e1.abs() * xc.abs()
+        ex = torch.exp(x)
+        dscale = k.abs() * e_w + w * e_k + w * (ex * (2 + x.abs()) + (ex - 1).abs()) + (ex - 1).abs() * e_w \
+            + (w * x).abs()
 
         def to_l(A, C):
-            return A * slope, (C + A * _rel(y, Ey)) * slope
+            return A * slope, torch.where(inside, C * slope + A * dscale, (C + A * _rel(y, Ey)) * slope)
     elif est == "k3_straight_through":
         v, Ev, _ = _estimator_nodes("k3", xc, Exc)
         v, Ev, v_kept = _clip_node(v, Ev, p["kl_output_min"], p["kl_output_max"])
@@ -1185,7 +1220,7 @@ def _with_kl(policy, kl, mask, beta):
     def backward(A, C):
         # the term's edges of +1 pass (A, C) on to pg and to kl beta
         A_p, C_p = _to_l(dp, xp, Ep, A, C)
-        A_k, C_k = kl_back(A * beta, (C + A * _rel(kb, Ekb)) * beta)
+        A_k, C_k = kl_back(A * beta, (C + 2 * A) * beta)       # kl beta: a constant, rho = 2
         return torch.where(mask, A_p + A_k, zero), torch.where(mask, C_p + C_k, zero)
 
     return x, Ex, backward, mask & ((x != 0) | (kb != 0))
@@ -1258,7 +1293,7 @@ def _weighted(policy, weights, keep, mask):
         if w is None:
             A_p, C_p = torch.where(node, A, zero), torch.where(node, C, zero)
         else:
-            A_p, C_p = A * w, (C + A * _rel(xw, Exw)) * w
+            A_p, C_p = A * w, (C + A * _rel(w, Ew)) * w        # x w: the edge w, rho = 1 + rel(w)
         return _to_l(dp, x, Ex, A_p, C_p)
 
     if w is not None:           # a product with an IS weight is inexact unless the weight is a bound
@@ -1361,16 +1396,15 @@ def _gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None, El=Non
     def backward(A_tok, C_tok):
         # the row's sum reaches x by its L tokens' edges of +1
         A_x, C_x = torch.where(mask, A_tok, 0.0).sum(-1), torch.where(mask, C_tok, 0.0).sum(-1)
-        rel_x, rel_p1 = _rel(x, Ex), _rel(p1, Ep1)
         # tie: half to p1 and to p2, each then -A to s (p2 too where it is s (-A), inside)
         A_p = torch.where(tie, A_x / 2, A_x)
-        C_p = torch.where(tie, (C_x + A_x * rel_x) / 2, C_x)
+        C_p = torch.where(tie, C_x / 2, C_x)                  # the tie's edges of 1/2 are exact
         paths = torch.where(tie & inside, 2.0, torch.where(tie | first, 1.0, 0.0))
         A_s = paths * A_p * a.abs()
-        C_s = paths * (C_p + A_p * rel_p1) * a.abs()
+        C_s = paths * (C_p + 2 * A_p) * a.abs()                # s (-A): the edge -A, rho = 2
         A_mu, C_mu = A_s * sv, (C_s + A_s * _rel(sv, Es)) * sv
         A_mu, C_mu = torch.where(uncapped, A_mu, 0.0), torch.where(uncapped, C_mu, 0.0)
-        A_l, C_l = (A_mu / Ld).unsqueeze(-1), ((C_mu + A_mu * _rel(mu, Emu)) / Ld).unsqueeze(-1)
+        A_l, C_l = (A_mu / Ld).unsqueeze(-1), ((C_mu + 2 * A_mu) / Ld).unsqueeze(-1)     # the edges 1/L, rho = 2
         return torch.where(live, A_l, zero), torch.where(live, C_l, zero)
 
     xt = torch.where(mask, x.unsqueeze(-1).expand_as(l), zero)
@@ -1408,7 +1442,6 @@ def _gmpo_terms(l, old, adv, mask, eps_low, eps_high):
     bound = torch.where(a > 0, torch.full_like(d, hi), torch.full_like(d, lo))     # float64, as the parameters are
     z = torch.where(live, d, bound)
     Ez = torch.where(inside, 2 * d.abs(), z.abs())
-    rel_z = _rel(z, Ez)
     z, Ez = torch.where(mask, z, zero), torch.where(mask, Ez, zero)
     L = mask.sum(-1)
     Ld = torch.clamp(L, min=1).double()
@@ -1425,11 +1458,11 @@ def _gmpo_terms(l, old, adv, mask, eps_low, eps_high):
     def backward(A_tok, C_tok):
         # the row's sum reaches x by its L tokens' edges of +1
         A_x, C_x = torch.where(mask, A_tok, 0.0).sum(-1), torch.where(mask, C_tok, 0.0).sum(-1)
-        A_e, C_e = A_x * adv.abs(), (C_x + A_x * _rel(x, Ex)) * adv.abs()
+        A_e, C_e = A_x * adv.abs(), (C_x + 2 * A_x) * adv.abs()          # e (-A): the edge -A, rho = 2
         A_q, C_q = A_e * e, (C_e + A_e * _rel(e, Ee)) * e
-        A_S, C_S = A_q / Ld, (C_q + A_q * _rel(q, Eq)) / Ld
+        A_S, C_S = A_q / Ld, (C_q + 2 * A_q) / Ld                        # S / L: rho = 2
         A_S, C_S = A_S.unsqueeze(-1), C_S.unsqueeze(-1)
-        C_d = torch.where(inside, C_S + A_S * rel_z, C_S)      # the tie's edges of 1/2
+        C_d = C_S                                               # the tie's edges of 1/2 are exact
         return torch.where(mask & live, A_S, zero), torch.where(mask & live, C_d, zero)
 
     xt = torch.where(mask, x.unsqueeze(-1).expand_as(l), zero)
@@ -1534,8 +1567,8 @@ def _document_mean_scales(x, mask, doc_ids, p):
         return P * 0, torch.zeros_like(x)
     v = P / n
     Ev = v.abs() + EP / n
-    A_P, C_P = 1 / n, _rel(v, Ev) / n
-    A_G, C_G = A_P / N, (C_P + A_P * _rel(q, Eq)) / N
+    A_P, C_P = 1 / n, 2 / n                                 # P / n and G / N: constants, rho = 2
+    A_G, C_G = A_P / N, (C_P + 2 * A_P) / N
     g = torch.zeros_like(x)
     g[mask] = (A_G + C_G)[unit]
     return Ev, g
@@ -1610,7 +1643,7 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
         Ev = v.abs() + Enum / N if N > 0 else v * 0
         A0, C0 = (1.0, 0.0) if root is None else root(v, Ev)
         A_s = torch.full_like(s, 1.0) * A0 / N
-        C_s = torch.full_like(s, 1.0) * (C0 + A0 * _rel(v, Ev)) / N
+        C_s = torch.full_like(s, 1.0) * (C0 + 2 * A0) / N       # num / N: a constant, rho = 2
     else:
         # v = (1/n) sum over units u with D_u > 0 of G_u / D_u: the units are the rows (sample_mean:
         # G = the row's sum, D = L_i) or the prompt groups (prompt_mean: G = a sum node over the
@@ -1650,8 +1683,8 @@ def _aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gr
         v = P / n if n > 0 else P * 0
         Ev = v.abs() + EP / n if n > 0 else v * 0
         A0, C0 = (1.0, 0.0) if root is None else root(v, Ev)
-        A_q, C_q = A0 / n, (C0 + A0 * _rel(v, Ev)) / n
-        step_q = C_q + A_q * _rel(q, Eq)
+        A_q, C_q = A0 / n, (C0 + 2 * A0) / n                    # P / n and G / D: constants, rho = 2
+        step_q = C_q + 2 * A_q
         A_s, C_s = A_q / Dd, step_q / Dd
         if unit is not None:        # a group's sum passes its cotangent to each of its rows' sums (+1)
             A_s, C_s = A_s[unit], C_s[unit]
@@ -1838,7 +1871,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
 
             def token_terms(sl):        # l enters each term node (PPO's, CISPO's and VESPO's x) by its one edge dx/dl
                 x, Ex, dx = exact_l(sl)
-                return x, Ex + dx.abs() * El[sl], dx
+                return x, Ex + dx.abs() * El[sl], dx      # Factor.abs() is |m|
 
         # the recipe's factor: OPSM's and the entropy mask's 0, else sg[w^IS]
         sampler = tensors["sampler_logprobs"].detach() if "sampler_logprobs" in tensors else None
@@ -1885,7 +1918,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
         def root(v, Ev):
             kb = v * beta
             product.update(value=kb, error=kb.abs() + beta * Ev)
-            return beta, _rel(kb, product["error"]) * beta
+            return beta, 2 * beta                       # kl beta: a constant, rho = 2
 
         def kl_terms(sl):
             y, Ey, back, exact = kl(sl)
@@ -2161,11 +2194,19 @@ def _check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales
     except Exception as e:  # noqa: BLE001 - the adapter's dtype or device cannot hold the inputs
         res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
         return
-    got = _timed_adapter_call(res, device, lambda: compare.call(adapter, formula, tensors, params))
+    unconnected: list = []
+    got = _timed_adapter_call(res, device, lambda: compare.call(adapter, formula, tensors, params, unconnected))
     if got is None:
         return
     out, grads = got
     f = REGISTRY[formula]
+    detached = [n for n in unconnected if n in ref_grads and bool(np.any(np.asarray(ref_grads[n]) != 0))]
+    if detached:
+        res.outcome = "error"
+        res.message = (f"not connected: output {f.grad_of!r} has no autograd path to input(s) "
+                       f"{', '.join(repr(n) for n in detached)}, whose oracle gradient is non-zero (a .detach(), "
+                       f".item(), no_grad or a copy through numpy)")
+        return
     mask = arrays.get("mask")
     for name in [o.name for o in f.outputs]:
         if f"{name}" not in scales or name not in out:
