@@ -21,6 +21,8 @@ BUILTIN_ADAPTERS = {
     "slime": "pgspec.adapters.slime:make_adapter",
     "megatron": "pgspec.adapters.megatron:make_adapter",
     "fast_llm": "pgspec.adapters.fast_llm:make_adapter",
+    "unsloth": "pgspec.adapters.unsloth:make_adapter",
+    "ms_swift": "pgspec.adapters.ms_swift:make_adapter",
 }
 
 
