@@ -333,8 +333,10 @@ def entropy_quantile(inputs, params):
     loss, metrics = compute_loss(make_stub(loss_type="dapo", top_entropy_quantile=rho), **dict(data, logprobs=lp.detach()),
                                  num_items_in_batch=1, completion_mask=fm)
     (keep,) = _grad(loss, fm)
-    thr = metrics["entropy"].get("entropy_threshold", float("nan"))
-    return {"keep": keep > 0, "threshold": torch.tensor(thr, dtype=lp.dtype)}
+    out = {"keep": keep > 0}
+    if "entropy_threshold" in metrics["entropy"]:   # ms-swift computes it only for top_entropy_quantile < 1
+        out["threshold"] = torch.tensor(metrics["entropy"]["entropy_threshold"], dtype=lp.dtype)
+    return out
 
 
 IMPLEMENTATIONS = {
