@@ -142,16 +142,10 @@ def _sample_mean_scale(m, dtype):
 # ---------------------------------------------------------------------------------------------- surrogate
 
 
-def _lp_leaf(inputs):
-    data = _data(inputs)
-    data["logprobs"] = inputs["logprobs"] if data["logprobs"] is inputs["logprobs"] else data["logprobs"]
-    return data
-
-
 def ppo_clip(inputs, params):
     fid = "surrogate.ppo_clip"
     _require(params, fid, "log_ratio_clamp", None, "ms-swift takes exp of the raw log-ratio")
-    loss, g = mask_readout(_lp_leaf(inputs), loss_type="dapo", eps_low=_p(params, fid, "eps_low"),
+    loss, g = mask_readout(_data(inputs), loss_type="dapo", eps_low=_p(params, fid, "eps_low"),
                            eps_high=_p(params, fid, "eps_high"))
     return {"loss": loss, "grad": {"logprobs": _back(inputs, g)}}
 
@@ -163,7 +157,7 @@ def _back(inputs, g):
 
 def trl_delta(inputs, params):
     fid = "surrogate.trl_delta"
-    loss, g = mask_readout(_lp_leaf(inputs), loss_type="dapo", eps_low=_p(params, fid, "eps_low"),
+    loss, g = mask_readout(_data(inputs), loss_type="dapo", eps_low=_p(params, fid, "eps_low"),
                            eps_high=_p(params, fid, "eps_high"), delta=_p(params, fid, "delta"))
     return {"loss": loss, "grad": {"logprobs": _back(inputs, g)}}
 
@@ -176,8 +170,8 @@ def cispo(inputs, params):
     _require(params, fid, "eps_low", None, "loss_type='cispo' has no lower bound")
     _require(params, fid, "log_ratio_clamp", None, "ms-swift takes exp of the raw log-ratio")
     stub = dict(loss_type="cispo", eps_high=_p(params, fid, "eps_high"))
-    loss, g = mask_readout(_lp_leaf(inputs), **stub)
-    data = _lp_leaf(inputs)
+    loss, g = mask_readout(_data(inputs), **stub)
+    data = _data(inputs)
     data["advantages"] = -torch.ones_like(data["advantages"])
     _, w = mask_readout(data, **stub)   # with A = -1 the loss is w * l: d loss / d l = w
     return {"loss": loss, "weight": _back(inputs, w), "grad": {"logprobs": _back(inputs, g)}}
@@ -186,7 +180,7 @@ def cispo(inputs, params):
 def sapo(inputs, params):
     fid = "surrogate.sapo"
     _require(params, fid, "log_ratio_clamp", None, "ms-swift takes exp of the raw log-ratio")
-    data = _lp_leaf(inputs)
+    data = _data(inputs)
     scale = _sample_mean_scale(data["mask"], data["logprobs"].dtype)
     loss, g = euler_readout(data, scale, loss_type="sapo", tau_pos=_p(params, fid, "tau_pos"),
                             tau_neg=_p(params, fid, "tau_neg"))
@@ -199,7 +193,7 @@ def gspo(inputs, params):
     fid = "surrogate.gspo"
     _require(params, fid, "log_ratio_max", None, "importance_sampling_level='sequence' does not cap the log-weight")
     eps = dict(eps_low=_p(params, fid, "eps_low"), eps_high=_p(params, fid, "eps_high"))
-    data = _lp_leaf(inputs)
+    data = _data(inputs)
     m = data["mask"]
     # value: loss_type grpo at sequence level on one row at a time: (sum_t loss_i) / L_i, ms-swift's own arithmetic
     rows = []
@@ -227,7 +221,7 @@ def kl_k3(inputs, params):
     for n, v in (("log_ratio_min", -20.0), ("log_ratio_max", 20.0), ("output_min", -10.0), ("output_max", 10.0)):
         _require(params, fid, n, (None, v), "ms-swift always clamps the KL log-ratio to [-20, 20] and its value to "
                                             "[-10, 10]")
-    data = _lp_leaf(inputs)
+    data = _data(inputs)
     data["advantages"] = torch.zeros_like(data["advantages"])   # cispo with A = 0: the policy term is exactly 0
     kl, g = mask_readout(data, loss_type="cispo", eps_high=1.0, beta=1.0)
     return {"kl": kl, "grad": {"logprobs": _back(inputs, g)}}

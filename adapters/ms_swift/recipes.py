@@ -69,8 +69,6 @@ def _loss(fid):
 
         kw = _config(fid, params, inputs)
         data = _data(inputs)
-        if data["logprobs"] is not inputs["logprobs"]:
-            data["logprobs"] = data["logprobs"]
         if "is_mode" in kw and data["sampler_logprobs"] is None:
             raise ValueError(f"{fid}: is_level needs sampler_logprobs")
         loss, _ = compute_loss(make_stub(**kw), **data)
