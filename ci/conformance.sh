@@ -40,7 +40,7 @@ else
 fi
 pgspec=$main/bin/pgspec
 adapters=("$@")
-[ ${#adapters[@]} -gt 0 ] || adapters=(torch trl liger liger-triton verl openrlhf skyrl areal oat)
+[ ${#adapters[@]} -gt 0 ] || adapters=(torch trl liger liger-triton verl openrlhf skyrl areal oat unsloth ms_swift)
 # every case ID except */scale-* (the runner's globs have no negation: no case name but scale-* starts with "sc")
 LIGER_TRITON_CASES=${LIGER_TRITON_CASES:-'*/[!s]*,*/s[!c]*'}
 # adapters run from the main environment through the process-isolated mode (--python)
