@@ -1146,16 +1146,14 @@ def _kl_terms(l, old, ref, mask, p, El=None):
         slope = torch.where(inside, (w * x).abs(), zero if p["kl_sg_ratio_where_clamped"] else y.abs())
         if El is not None:
             Ey = Ey + slope * El
-        # inside the clamp the fused node states its derivative's error (reference.kl.k3_unbiased's dscale):
-        # the chain rule's w k3(x) - w (e^x - 1), each product's error and their difference's rounding
-        e_w = w * (1 + d.abs())
-        e_k = torch.exp(xc) + e1.abs() + k.abs() + e1.abs() * xc.abs()
-        ex = torch.exp(x)
-        dscale = k.abs() * e_w + w * e_k + w * (ex * (2 + x.abs()) + (ex - 1).abs()) + (ex - 1).abs() * e_w \
-            + (w * x).abs()
+        # inside the clamp the derivative -w x errs as the closed form does (reference._ad._edge_error,
+        # "k3w"): rho = 4 + |l - l_old| + E(l) (1 + 1/|x|), E(l) where x = 0
+        el = zero if El is None else El
+        ax = x.abs()
+        rho_k3w = 4 + d.abs() + el + torch.where(ax != 0, el / torch.where(ax != 0, ax, torch.ones_like(ax)), el)
 
         def to_l(A, C):
-            return A * slope, torch.where(inside, C * slope + A * dscale, (C + A * _rel(y, Ey)) * slope)
+            return A * slope, torch.where(inside, (C + A * rho_k3w) * slope, (C + A * _rel(y, Ey)) * slope)
     elif est == "k3_straight_through":
         v, Ev, _ = _estimator_nodes("k3", xc, Exc)
         v, Ev, v_kept = _clip_node(v, Ev, p["kl_output_min"], p["kl_output_max"])

@@ -683,6 +683,12 @@ def _edge_error(n, k, e_of, v_of, num):
     """
     op = n.op
     ps = n.parents
+    if type(op) is tuple:  # ("k3w", |x|, |l - l_old|): w k3(x), its derivative -w x as the closed form
+        # w = e^(l - l_old) errs by 1 + |l - l_old| (relative) plus E(l), x = l_ref - l by 1 plus E(l)/|x|,
+        # their product by 1, and the product with the cotangent by 1
+        ax, adl = num(op[1]), num(op[2])
+        el = e_of(ps[0][0])
+        return 4 + adl + el + (el / ax if ax != 0 else el)
     if op == "tie":  # 1/2: exact
         return 0
     if op == "mul":  # d = the other factor
