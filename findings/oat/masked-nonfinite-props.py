@@ -79,7 +79,11 @@ def load_oat():
     """(oat.algorithms.ppo, oat.utils.ops) executed from the installed oat-llm, with the stand-ins above."""
     from importlib import metadata
 
-    version = metadata.version("oat-llm")
+    try:
+        version = metadata.version("oat-llm")
+    except metadata.PackageNotFoundError:
+        raise RuntimeError("oat-llm is not installed in this interpreter (pgspec's ci/install-oat.sh installs it: pip "
+                           "install --no-deps --ignore-requires-python oat-llm==0.2.4, then tyro, tqdm and numpy)") from None
     root = Path(metadata.distribution("oat-llm").locate_file("oat"))
     for name, path in (("oat", root), ("oat.utils", root / "utils"), ("oat.algorithms", root / "algorithms")):
         if name not in sys.modules:
