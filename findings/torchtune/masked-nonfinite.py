@@ -13,11 +13,12 @@ Expected: loss -e^0.1 = -1.1051709 (the valid token's r = e^0.1 is inside the cl
 (-e^0.1, 0).
 Got: loss NaN, and gradient NaN at the padded position. GRPOLoss forms the ratio and the per-token losses at
 every position and rlhf.masked_mean multiplies by the mask ((x * mask).sum(dim) / (mask.sum(dim) + 1e-8)):
-NaN * 0 = NaN. GRPOSimpleLoss and GRPOCompletionLoss aggregate with the same masked_mean. (torchtune's own GRPO
-recipe writes 1.0 into the padded positions of the three log-prob tensors before calling the loss,
+NaN * 0 = NaN. GRPOSimpleLoss aggregates with the same masked_mean; GRPOCompletionLoss sums the log-probs with
+rlhf.masked_sum, which multiplies by the mask likewise. (torchtune's own GRPO recipe writes 1.0 into the
+padded positions of the three log-prob tensors before calling the loss,
 recipes/dev/grpo_full_finetune_distributed.py#L806-L807 and #L891, so the recipe itself does not meet the NaN;
 the loss classes and masked_mean called directly do.)
-Fix: select instead of multiplying: torch.where(mask, x, 0).sum(dim) in masked_mean (the value), and in the
+Fix: select instead of multiplying: torch.where(mask, x, 0).sum(dim) in masked_mean and masked_sum (the value), and in the
 losses the log-ratio selected before the exponential, torch.where(padding_masks, pi_logprobs - pi_old_logprobs, 0)
 (the gradient: the masked position's zero cotangent still meets exp(NaN)).
 Source: https://github.com/pytorch/torchtune/blob/19bb8e680ef90dfb527bfc8c8545a6b87c9eb895/torchtune/rlhf/rewards.py#L112
