@@ -73,12 +73,15 @@ def _tail(text: str | None) -> str:
     return rows[-1].strip() if rows else "(no output)"
 
 
-def markdown(adapter: str, results: list[tuple[Path, str, str]], python: str) -> str:
+def markdown(adapter: str, results: list[tuple[Path, str, str]], python: str, source: str | None = None) -> str:
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    # a git-only framework is not in ci/conformance.sh: its scripts run by hand against a checkout
+    how = (("`ci/conformance.sh` runs them after the", "framework's suite") if not source else
+           ("a git-only framework, not in `ci/conformance.sh`:", f"run by hand, `findings/run.py {adapter} --source CHECKOUT`"))
     out = [SECTION, "",
            f"The standalone scripts of `findings/{adapter}/` (the framework and torch only; one per declared bug,",
-           "docs/findings.md has each as a report to file upstream; `ci/conformance.sh` runs them after the",
-           f"framework's suite), last run on {when} with `{_short(python)}`. `reproduced`: the bug is still there;",
+           f"docs/findings.md has each as a report to file upstream; {how[0]}",
+           f"{how[1]}), last run on {when} with `{_short(python)}`. `reproduced`: the bug is still there;",
            "`FIXED`: the framework now agrees with the spec (drop the rule and the script).", "",
            "| script | status | result |", "|---|---|---|"]
     for script, status, line in results:
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
               "the spec there; drop its rule from the adapter's deviations file, its script and its report in "
               "docs/findings.md")
     if args.markdown:
-        write_section(args.markdown, markdown(args.adapter, results, args.python))
+        write_section(args.markdown, markdown(args.adapter, results, args.python, args.source))
     if counts["error"]:
         return 2
     return 1 if counts["FIXED"] else 0

@@ -29,7 +29,7 @@ SLUG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 FRAMEWORK_MODULES = {
     "trl": {"trl"}, "verl": {"verl"}, "openrlhf": {"openrlhf"}, "skyrl": {"skyrl", "skyrl_train"},
     "areal": {"areal"}, "nemo_rl": {"nemo_rl"}, "slime": {"slime", "megatron"}, "liger": {"liger_kernel"},
-    "fast_llm": {"fast_llm"}, "megatron": {"megatron"},
+    "fast_llm": {"fast_llm"}, "megatron": {"megatron"}, "oat": {"oat"}, "torchtune": {"torchtune"},
 }
 ALWAYS = {"torch", "numpy"}
 
@@ -172,6 +172,15 @@ def test_runner_passes_the_source(runner, tmp_path):
     _fake(tmp_path, "git", "needs-source")
     assert runner.main(["git"]) == 1                              # without it the fake says FIXED
     assert runner.main(["git", "--source", str(tmp_path)]) == 0
+    # a git-only framework's page says how its scripts run (it is not in ci/conformance.sh)
+    page = tmp_path / "git.md"
+    assert runner.main(["git", "--source", str(tmp_path), "--markdown", str(page)]) == 0
+    assert "a git-only framework, not in `ci/conformance.sh`" in page.read_text()
+    assert "findings/run.py git --source CHECKOUT" in page.read_text()
+    _fake(tmp_path, "pip", "reproduced")
+    page = tmp_path / "pip.md"
+    assert runner.main(["pip", "--markdown", str(page)]) == 0
+    assert "`ci/conformance.sh` runs them after the\nframework's suite" in page.read_text()
 
 
 def test_runner_writes_one_section_into_a_page(runner, tmp_path):
