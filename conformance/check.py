@@ -2161,7 +2161,10 @@ def _check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales
     except Exception as e:  # noqa: BLE001 - the adapter's dtype or device cannot hold the inputs
         res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
         return
-    got = _timed_adapter_call(res, device, lambda: compare.call(adapter, formula, tensors, params))
+    from .untrusted import checked_call     # the adapter's result is untrusted data (issue 39)
+
+    expected = {name: tuple(t.shape) for name, t in ref_out.items() if hasattr(t, "shape")}
+    got = _timed_adapter_call(res, device, lambda: checked_call(adapter, formula, tensors, params, dtype, expected))
     if got is None:
         return
     out, grads = got
@@ -2262,8 +2265,14 @@ def _timed_adapter_call(res, device, work):
     except Unsupported as e:      # the adapter declines these parameters (a head with no logit_scale, say)
         res.outcome, res.message = "unsupported", f"{res.adapter} does not support this: {e}"
         return None
-    except Exception as e:  # noqa: BLE001 - the adapter's crash is an outcome
-        res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
+    except BaseException as e:  # noqa: BLE001 - the adapter's crash (sys.exit() too) is an outcome
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        from .outputs import MalformedOutput
+        from .untrusted import describe_exception
+
+        what = str(e) if isinstance(e, MalformedOutput) else f"{res.adapter} raised {describe_exception(e)}"
+        res.outcome, res.message = "error", what
         return None
 
 

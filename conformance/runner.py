@@ -25,6 +25,7 @@ from .classification import (BAD_OUTCOMES, OUTCOMES, VALIDATION_OUTCOMES, _faile
 from .loading import (ADAPTER_ATTRIBUTES, BUILTIN_ADAPTERS, LOADED_AS, TORCH_MISSING, RunError,  # noqa: F401
                       _check_protocol, _current_folder_importable, _one_line, _torch_missing, load_adapter)
 from .origin import ORIGIN_TEXT, exception_record
+from .untrusted import require_differentiable
 from .outputs import (ACCEPTED_DTYPES, MalformedOutput, _short, check_grads, check_outputs,  # noqa: F401
                       float16_inexact)
 from .compare import TORCH_DTYPES, to_tensors  # noqa: F401 - the call convention, re-exported
@@ -477,7 +478,8 @@ def _call_case(adapter, case, dtype, device, result):
             check_outputs(f, case, dtype, tensors, out)
             grads = out.get("grad")
             diff = [n for n in f.differentiable if n in tensors]
-            if grads is None and diff and f.grad_of in out:
+            if grads is None and diff and out.get(f.grad_of) is not None:
+                require_differentiable(f.grad_of, out[f.grad_of], diff)
                 objective = _objective(out[f.grad_of], tensors.get("mask"))
                 got = torch.autograd.grad(objective, [tensors[n] for n in diff], allow_unused=True)
                 grads = {n: (g if g is not None else torch.zeros_like(tensors[n])) for n, g in zip(diff, got)}
