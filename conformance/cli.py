@@ -605,6 +605,14 @@ def _main(argv) -> int:
         print(f"pgspec {args.command}: PGSPEC_COMPARE must be 'fast' (the default) or 'exact' (every element compared "
               f"in mpmath, spec/tolerance.md), got {mode!r}", file=sys.stderr)
         return 2
+    from .settings import SettingError, check_environment
+
+    try:    # every PGSPEC_* variable against its range, before any work (docs/bad-input.md)
+        for warning in check_environment():
+            print(warning, file=sys.stderr)
+    except SettingError as e:
+        print(f"pgspec {args.command}: {e}", file=sys.stderr)
+        return 2
     from .gcpause import gc_paused
 
     with gc_paused():   # the reference and the runner: modules, long-lived, no cycles to collect

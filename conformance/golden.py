@@ -193,16 +193,14 @@ def _jobs() -> int:
     """Worker processes for generation: PGSPEC_JOBS, else the CPU count (at most 8)."""
     import os
 
+    from .settings import VARIABLES, SettingError
+
     value = os.environ.get("PGSPEC_JOBS")
-    if value is not None and value.strip():
+    if value is not None and value.strip():     # empty: the default
         try:
-            jobs = int(value)
-        except ValueError:
-            jobs = 0
-        if jobs < 1:
-            raise GoldenError(f"PGSPEC_JOBS must be a positive integer (worker processes for golden generation and "
-                              f"verify), got {value!r}")
-        return jobs
+            return VARIABLES["PGSPEC_JOBS"].check("PGSPEC_JOBS", value)    # 1 to 256, never clipped
+        except SettingError as e:
+            raise GoldenError(str(e)) from None
     return max(1, min(8, os.cpu_count() or 1))
 
 
