@@ -2082,7 +2082,8 @@ def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", dev
 
 def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), device: str = "cpu", seed: int = 0,
                params: dict | None = None, chunk: int = 8, vocab: int | None = None,
-               hidden: int | None = None, sampler: bool = False) -> list[CheckResult]:
+               hidden: int | None = None, sampler: bool = False, max_memory: float | None = None,
+               progress=None) -> list[CheckResult]:
     """One CheckResult per dtype of ``dtypes``, in order.  The oracle does not depend on the
     adapter's dtype (float64 on the same seeded inputs): it is evaluated once for all of them, and
     each result's ``oracle_seconds`` is that one evaluation's time.  ``sampler``: give loss.vespo the
@@ -2099,6 +2100,17 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
     ok, why = adapter.available()
     if not ok:
         raise CheckError(f"adapter {adapter.name!r} is not available here: {why}")
+    from .check_memory import is_long, refuse_if_too_large
+
+    # the memory estimate before anything is allocated (check_memory.py); ``max_memory``: GiB allowed
+    too_large = refuse_if_too_large(formula, B, T, device, vocab, hidden, max_memory)
+    if too_large:
+        raise CheckError(too_large)
+    if progress is None or not is_long(B, T, vocab):
+        progress = None
+    elif progress is not None:
+        progress(f"{formula} {B}x{T}{f' V={vocab}' if vocab else ''}: seeded inputs, then the float64 oracle on "
+                 f"{device}, then {adapter.name} in {', '.join(dtypes)}")
     if formula in VOCAB_FORMULAS:
         return run_logprob_checks(adapter, B, T, vocab, hidden, list(dtypes), device, seed, dict(params or {}))
     if formula in HEAD_LOSS_FORMULAS and vocab is not None:
@@ -2122,6 +2134,8 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
     seconds = time.perf_counter() - t
     found = cb.branches(formula, arrays, params)
     for res in todo:
+        if progress is not None:
+            progress(f"oracle done ({seconds:.1f} s); {adapter.name} in {res.dtype}")
         res.branches, res.unreached = [b.to_json() for b in found], cb.unreached(found)
         res.oracle_seconds = seconds
         _check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales)

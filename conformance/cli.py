@@ -467,6 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sampler", action="store_true",
                    help="give loss.vespo the sampler's log-probs, which it folds into phi (TRL's and Liger's vLLM "
                         "correction); the other losses get them where their options read them")
+    c.add_argument("--max-memory", metavar="GIB", default=None,
+                   help="the memory the check may use, in GiB: a shape whose estimate exceeds it is refused before "
+                        "anything is allocated (default: the memory available, docs/bad-input.md)")
     c.set_defaults(func=_check)
     return parser
 
@@ -496,9 +499,18 @@ def _check(args) -> int:
             dtypes = tolerance.parse_dtypes(args.dtype)
         except ValueError as e:
             raise check.CheckError(str(e)) from None
+        max_memory = None
+        if args.max_memory is not None:
+            from .check_memory import parse_max_memory
+
+            try:
+                max_memory = parse_max_memory(args.max_memory)
+            except ValueError as e:
+                raise check.CheckError(f"--max-memory {e}") from None
         adapter = runner.load_adapter(args.adapter)
         results = check.run_checks(adapter, args.formula, B, T, dtypes, args.device, args.seed, params, args.chunk,
-                                   vocab=args.vocab, hidden=args.hidden, sampler=args.sampler)
+                                   vocab=args.vocab, hidden=args.hidden, sampler=args.sampler, max_memory=max_memory,
+                                   progress=lambda line: print(f"pgspec check: {line}", file=sys.stderr, flush=True))
     except (check.CheckError, runner.RunError) as e:
         print(f"pgspec check: {e}", file=sys.stderr)
         return 2
