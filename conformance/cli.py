@@ -148,10 +148,14 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
 
         _say(f"pgspec run: starting the worker ({args.python}); it has {args.startup_timeout:g} s "
              f"(--startup-timeout) to load adapter {args.adapter!r}")
-        adapter = IsolatedAdapter(args.python, args.adapter, timeout=args.case_timeout,
+        adapter = IsolatedAdapter(args.python, args.adapter,
+                                  timeout=args.case_timeout if args.case_timeout is not None else 300.0,
                                   startup_timeout=args.startup_timeout)
     else:
         adapter = loaded if loaded is not None else runner.load_adapter(args.adapter)
+        from . import untrusted
+
+        untrusted.CASE_TIMEOUT = args.case_timeout     # in this process: SIGALRM (untrusted.time_limit)
     try:
         ok, why = _adapter_call(args.adapter, adapter, "available")
         if not ok:
@@ -437,8 +441,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--source", metavar="PATH", default=None,
                    help="the framework checkout for nemo_rl, slime, fast_llm, megatron (default: "
                         "$PGSPEC_<NAME>_SOURCE)")
-    r.add_argument("--case-timeout", type=_seconds, default=300.0, metavar="SECONDS",
-                   help="with --python: a case that takes longer becomes an error outcome")
+    r.add_argument("--case-timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="a case that takes longer becomes an error outcome: with --python the worker is killed "
+                        "(default 300); in this process the adapter's Python code is interrupted (default: no limit; "
+                        "docs/bad-input.md)")
     r.add_argument("--startup-timeout", type=_seconds, default=300.0, metavar="SECONDS",
                    help="with --python: the worker must load the adapter within this time")
     r.set_defaults(func=_run)
@@ -559,7 +565,12 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    if value > MAX_SECONDS:     # a larger one overflowed the platform's timeout (exit 3)
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS} seconds (7 days), got {text!r}")
     return value
+
+
+MAX_SECONDS = 7 * 24 * 3600
 
 
 ISSUES_URL = "the pgspec issue tracker"

@@ -264,6 +264,8 @@ class IsolatedAdapter:
         for option, value in (("--case-timeout", timeout), ("--startup-timeout", startup_timeout)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise RunError(f"{option} must be a positive number of seconds, got {value!r}")
+            if value > 7 * 24 * 3600:   # a larger one overflows the platform's timeout
+                raise RunError(f"{option} must be at most {7 * 24 * 3600} seconds (7 days), got {value!r}")
         if not Path(python).exists() and os.sep not in python:
             import shutil
 

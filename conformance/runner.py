@@ -25,7 +25,7 @@ from .classification import (BAD_OUTCOMES, OUTCOMES, VALIDATION_OUTCOMES, _faile
 from .loading import (ADAPTER_ATTRIBUTES, BUILTIN_ADAPTERS, LOADED_AS, TORCH_MISSING, RunError,  # noqa: F401
                       _check_protocol, _current_folder_importable, _one_line, _torch_missing, load_adapter)
 from .origin import ORIGIN_TEXT, exception_record
-from .untrusted import require_differentiable
+from .untrusted import CaseTimeout, require_differentiable, time_limit
 from .outputs import (ACCEPTED_DTYPES, MalformedOutput, _short, check_grads, check_outputs,  # noqa: F401
                       float16_inexact)
 from .compare import TORCH_DTYPES, to_tensors  # noqa: F401 - the call convention, re-exported
@@ -473,7 +473,7 @@ def _call_case(adapter, case, dtype, device, result):
     f = REGISTRY[case["formula"]]
     try:
         tensors = case_tensors(case, dtype, device)
-        with torch.enable_grad():
+        with torch.enable_grad(), time_limit(adapter.name):
             out = adapter.call(case["formula"], tensors, adapter_params(case["formula"], case["params"]))
             check_outputs(f, case, dtype, tensors, out)
             grads = out.get("grad")
@@ -484,7 +484,7 @@ def _call_case(adapter, case, dtype, device, result):
                 got = torch.autograd.grad(objective, [tensors[n] for n in diff], allow_unused=True)
                 grads = {n: (g if g is not None else torch.zeros_like(tensors[n])) for n, g in zip(diff, got)}
             check_grads(f, dtype, tensors, grads)
-    except MalformedOutput as e:
+    except (MalformedOutput, CaseTimeout) as e:
         result.outcome = "error"
         result.message = str(e)
         return result

@@ -135,3 +135,46 @@ def checked_call(adapter, formula_id: str, tensors: dict, params: dict, dtype: s
             if problem:
                 raise MalformedOutput(problem + f" (the shape of input {name!r})")
     return out, grads
+
+
+# A case's time limit in this process (`pgspec run --case-timeout` without --python): None, no limit.
+CASE_TIMEOUT: float | None = None
+
+
+class CaseTimeout(Exception):
+    """An adapter's call that did not return within CASE_TIMEOUT: the case's error."""
+
+
+class time_limit:
+    """``with time_limit(name):`` raises CaseTimeout in the adapter's code once CASE_TIMEOUT seconds have
+    passed (SIGALRM, an interval timer: POSIX, the main thread only; elsewhere no limit).  Python code
+    is interrupted at its next bytecode; a long native call (one torch kernel) at its return."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.previous = None
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        seconds = CASE_TIMEOUT
+        if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+            return self
+
+        def fire(signum, frame):
+            raise CaseTimeout(f"adapter {self.name!r} did not return within {seconds:g} s (--case-timeout): its call "
+                              "was interrupted")
+
+        self.previous = signal.signal(signal.SIGALRM, fire)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        return self
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+            self.previous = None
+        return False

@@ -218,3 +218,56 @@ def test_a_case_that_hangs_in_the_worker_is_its_error_and_the_run_goes_on(capsys
     assert r["kl.k1/on-reference"]["outcome"] == "error"
     assert r["kl.k1/on-reference"]["message"].startswith("no answer within 3 s: the worker was killed")
     assert r["kl.k2/on-reference"]["outcome"] == "pass"     # a fresh worker took the next case
+
+
+# a time limit in this process ----------------------------------------------------------------------
+
+def test_a_case_that_hangs_in_this_process_is_its_error_with_case_timeout(capsys, monkeypatch, tmp_path):
+    from pgspec.conformance import untrusted as u
+
+    monkeypatch.syspath_prepend(FIXTURES)
+    monkeypatch.setattr(u, "CASE_TIMEOUT", None)
+    code = main(["run", "--adapter", "bad_input_adapters:hangs_in_k1", "--case-timeout", "1",
+                 "--formulas", "kl.k1/on-reference,kl.k2/on-reference", "--dtype", "float64", "--no-properties",
+                 "--report", f"json:{tmp_path}/r.json"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "Traceback" not in out + err
+    r = {x["case_id"]: x for x in json.loads((tmp_path / "r.json").read_text())["results"]}
+    assert r["kl.k1/on-reference"]["outcome"] == "error"
+    assert r["kl.k1/on-reference"]["message"] == ("adapter 'hangs' did not return within 1 s (--case-timeout): its call "
+                                                  "was interrupted")
+    assert r["kl.k2/on-reference"]["outcome"] == "pass"
+    import signal
+
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)     # the timer is off after the run
+
+
+def test_without_case_timeout_nothing_is_interrupted(monkeypatch):
+    from pgspec.conformance import untrusted as u
+
+    monkeypatch.setattr(u, "CASE_TIMEOUT", None)
+    with u.time_limit("x") as t:
+        assert t.previous is None
+
+
+@pytest.mark.parametrize("option, value, expected", [
+    ("--case-timeout", "1e308", "must be at most 604800 seconds (7 days), got '1e308'"),
+    ("--case-timeout", "604801", "must be at most 604800 seconds (7 days), got '604801'"),
+    ("--case-timeout", "inf", "must be a positive number of seconds, got 'inf'"),
+    ("--case-timeout", "0", "must be a positive number of seconds, got '0'"),
+    ("--case-timeout", "ten", "must be a number of seconds, got 'ten'"),
+    ("--startup-timeout", "1e308", "must be at most 604800 seconds (7 days), got '1e308'"),
+    ("--startup-timeout", "nan", "must be a positive number of seconds, got 'nan'"),
+])
+def test_timeouts_have_a_range(capsys, option, value, expected):
+    code = main(["run", "--adapter", "torch", f"{option}={value}", *KL])
+    err = capsys.readouterr().err
+    assert code == 2 and err.splitlines()[-1] == f"pgspec run: error: argument {option}: {expected}"
+
+
+def test_a_huge_timeout_in_the_api_is_a_run_error():
+    from pgspec.conformance.isolated import IsolatedAdapter
+    from pgspec.conformance.runner import RunError
+
+    with pytest.raises(RunError, match="--case-timeout must be at most 604800 seconds"):
+        IsolatedAdapter(sys.executable, "torch", timeout=1e308)
