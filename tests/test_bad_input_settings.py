@@ -107,3 +107,26 @@ def test_the_plugin_refuses_a_value_out_of_range(pytester, monkeypatch):
 
 
 pytest_plugins = ["pytester"]
+
+
+def test_the_documented_limits_are_the_codes():
+    """docs/bad-input.md states each range the code enforces: a changed bound changes the page too."""
+    from pgspec.conformance import check_memory, files
+    from pgspec.reference import _evaluate
+
+    page = (ROOT / "docs" / "bad-input.md").read_text()
+    for name, kind in settings.VARIABLES.items():
+        if isinstance(kind, settings.Any):
+            continue        # read by the CI scripts and tests
+        generic = re.sub(r"PGSPEC_(NEMO_RL|SLIME|MEGATRON|FAST_LLM)_", "PGSPEC_<NAME>_", name)
+        assert f"`{generic}`" in page or f"`{name}`" in page, name
+        if isinstance(kind, settings.Int):
+            assert f"from {kind.low} to {kind.high}" in page, name
+        if isinstance(kind, settings.Choice):
+            assert all(f"`{c}`" in page for c in kind.choices if c), name
+    assert f"at most {_evaluate.MAX_ELEMENTS:,}" in page and f"from 15 to {_evaluate.MAX_DPS}" in page
+    assert f"{check_memory.BYTES_PER_TOKEN} bytes per token" in page
+    assert f"{check_memory.BYTES_PER_LOGIT} bytes per element" in page
+    assert f"at most {files.MAX_GOLDEN_BYTES >> 20} MiB" in page and f"at most {files.MAX_CONFIG_BYTES >> 20} MiB" in page
+    assert "at most 604800 (7 days)" in page
+    assert "bad-input" in (ROOT / "docs" / "index.md").read_text()
