@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import sys
 import traceback
 import copy
 from dataclasses import dataclass, field, fields
@@ -25,7 +26,7 @@ from .classification import (BAD_OUTCOMES, OUTCOMES, VALIDATION_OUTCOMES, _faile
 from .loading import (ADAPTER_ATTRIBUTES, BUILTIN_ADAPTERS, LOADED_AS, TORCH_MISSING, RunError,  # noqa: F401
                       _check_protocol, _current_folder_importable, _one_line, _torch_missing, load_adapter)
 from .origin import ORIGIN_TEXT, exception_record
-from .untrusted import CaseTimeout, require_differentiable, time_limit
+from .untrusted import CaseTimeout, missing_module_hint, require_differentiable, time_limit
 from .outputs import (ACCEPTED_DTYPES, MalformedOutput, _short, check_grads, check_outputs,  # noqa: F401
                       float16_inexact)
 from .compare import TORCH_DTYPES, to_tensors  # noqa: F401 - the call convention, re-exported
@@ -493,7 +494,9 @@ def _call_case(adapter, case, dtype, device, result):
             raise
         result.outcome = "error"
         result.exception = exception_record(e, adapter)
-        result.message = traceback.format_exc(limit=8)
+        # a module the adapter's framework needs and this interpreter lacks: the module and the install
+        hint = missing_module_hint(e, sys.executable)
+        result.message = hint or traceback.format_exc(limit=8)
         return result
     # The primary output (the one the spec differentiates, else the first) and the gradients are
     # required; other outputs are compared when the adapter produces them (a framework that only

@@ -271,3 +271,46 @@ def test_a_huge_timeout_in_the_api_is_a_run_error():
 
     with pytest.raises(RunError, match="--case-timeout must be at most 604800 seconds"):
         IsolatedAdapter(sys.executable, "torch", timeout=1e308)
+
+
+def test_a_module_missing_inside_a_case_is_named_with_its_install(monkeypatch):
+    """A framework that imports a dependency lazily, inside the call: one line naming the module and
+    the pip command, not a traceback."""
+    def impl(inputs, params):
+        import pgspec_no_such_dependency  # noqa: F401
+
+    r = run_case(Adapter("lazy-import", "test", "0", implementations={"kl.k1": impl}), K1, "float64", "cpu")
+    assert r.outcome == "error"
+    assert re.fullmatch(r"cannot import module 'pgspec_no_such_dependency' \(imported at .*test_bad_input_untrusted\.py:\d+\): "
+                        r"it is not installed in \S+; install it there with `\S+ -m pip install pgspec-no-such-dependency` "
+                        r"\(or the checkout's requirements\)", r.message), r.message
+
+
+@pytest.mark.parametrize("module, pip", [("yaml", "pyyaml"), ("PIL.Image", "pillow"), ("flash_attn", "flash-attn"),
+                                         ("google.protobuf", "protobuf"), ("ray.util", "ray")])
+def test_the_pip_name_of_a_module(module, pip):
+    assert untrusted.pip_name(module) == pip
+
+
+# the pytest plugin: the same checks, a failing test each, never INTERNALERROR ----------------------
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.mark.parametrize("factory, expected", [
+    ("bad_input_adapters:spoiled_list", "output 'kl' must be a torch.Tensor of shape"),
+    ("bad_input_adapters:raising_sys_exit_3", "SystemExit: 3"),
+    ("bad_input_adapters:meta_output", "output 'kl' must be on the run's device cpu, got a tensor on meta"),
+    ("bad_input_adapters:detached_output", "output 'kl' does not require grad"),
+])
+def test_the_plugin_reports_a_malformed_result_as_a_failing_test(pytester, monkeypatch, factory, expected):
+    import pgspec.adapters.torch  # noqa: F401 - pytester's in-process run must not import torch again
+
+    monkeypatch.syspath_prepend(FIXTURES)
+    pytester.makepyfile(test_nothing="")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-q", "--pgspec-adapter", factory,
+                                          "--pgspec-formulas", "kl.k1/on-reference", "--pgspec-dtype", "float64")
+    text = "\n".join(result.outlines + result.errlines)
+    assert "INTERNALERROR" not in text
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, text
+    assert expected in text, text
