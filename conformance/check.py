@@ -2410,9 +2410,16 @@ def run_head_loss_checks(adapter, formula, B, T, V, H, dtypes, device, seed, par
         old, adv_t = ref["old_logprobs"].to(side), ref["advantages"].to(side)        # exact (float32 values)
         extra = {k: ref[k].to(side) for k in ("ref_logprobs", "sampler_logprobs") if k in ref}  # exact (bfloat16 values)
 
-        def work():
-            out = head(X, W, y, m, old, adv_t, dict(p), **extra)
-            return out["loss"], out["grad"]["hidden"]
+        def work():     # what the head returns is checked before it is read (untrusted.py, issue 39)
+            from .untrusted import check_tensor, require_dict
+
+            out = require_dict(head(X, W, y, m, old, adv_t, dict(p), **extra), ("loss", "grad"))
+            grad = require_dict(out.get("grad"), ("hidden",), "the head's 'grad'")
+            loss = out.get("loss")
+            scalar = tuple(loss.shape) if torch.is_tensor(loss) and loss.numel() == 1 else ()
+            check_tensor("loss", loss, scalar, res.dtype, device)
+            check_tensor("grad.hidden", grad.get("hidden"), (B, T, H), res.dtype, device, "gradient")
+            return loss, grad["hidden"]
 
         got = _timed_adapter_call(res, device, work)
         if got is None:
@@ -2449,13 +2456,23 @@ def _logprob_work(adapter, head, arrays, y, m, p, dtype, device):
     X = torch.as_tensor(arrays["hidden"], device=device).to(tdtype)
     W = torch.as_tensor(arrays["weight"], device=device).to(tdtype)
 
-    def work():
+    from .untrusted import check_tensor, require_dict, require_differentiable
+
+    B, T, H = X.shape
+
+    def work():     # what the adapter returns is checked before it is read (untrusted.py, issue 39)
         if head is not None:
-            out = head(X, W, y, m, dict(p))
-            return out["logprobs"], out["grad"]["hidden"]
+            out = require_dict(head(X, W, y, m, dict(p)), ("logprobs", "grad"))
+            grad = require_dict(out.get("grad"), ("hidden",), "the head's 'grad'")
+            check_tensor("logprobs", out.get("logprobs"), (B, T), dtype, device)
+            check_tensor("grad.hidden", grad.get("hidden"), (B, T, H), dtype, device, "gradient")
+            return out["logprobs"], grad["hidden"]
         Xg = X.detach().requires_grad_(True)
         with torch.enable_grad():
-            o = adapter.call(lp.FORMULA, {"logits": Xg @ W.T, "targets": y, "mask": m}, dict(p))
+            o = require_dict(adapter.call(lp.FORMULA, {"logits": Xg @ W.T, "targets": y, "mask": m}, dict(p)),
+                             ("logprobs",))
+            check_tensor("logprobs", o.get("logprobs"), (B, T), dtype, device)
+            require_differentiable("logprobs", o["logprobs"], ["logits"])
             (gx,) = torch.autograd.grad(compare.objective(o["logprobs"], m), [Xg])
         return o["logprobs"], gx
 

@@ -178,3 +178,24 @@ class time_limit:
             signal.signal(signal.SIGALRM, self.previous)
             self.previous = None
         return False
+
+
+def require_dict(out, names: tuple, what: str = "the adapter's result"):
+    """``out`` when it is a dict, else MalformedOutput naming what it is and the keys expected."""
+    from .outputs import MalformedOutput, _short
+
+    if not isinstance(out, dict):
+        raise MalformedOutput(f"{what} must be a dict of {', '.join(names)}, got {type(out).__name__} {_short(out)}")
+    return out
+
+
+def check_tensor(key: str, got, shape: tuple, dtype: str, device: str, where: str = "output") -> None:
+    """MalformedOutput unless ``got`` is a dense floating tensor of ``shape`` on ``device``'s type, of a
+    dtype a ``dtype`` run accepts (outputs.ACCEPTED_DTYPES)."""
+    from .outputs import MalformedOutput, _describe_tensor
+
+    if got is None:
+        raise MalformedOutput(f"the adapter returned no {key!r}")
+    problem = _describe_tensor(key, got, tuple(shape), dtype, True, where, str(device).split(":")[0])
+    if problem:
+        raise MalformedOutput(problem)

@@ -116,3 +116,24 @@ def test_an_argument_out_of_range_is_one_line(capsys, no_work, argv, expected):
             rest += [k, v]
     line = one_line(capsys, *[f"{k}={v}" for k, v in args.items()], *rest)
     assert line.startswith("pgspec check: ") and expected in line, line
+
+
+@pytest.mark.parametrize("kind, expected", [
+    ("list", "the adapter's result must be a dict of logprobs, got list [1]"),
+    ("str", "output 'logprobs' must be a torch.Tensor of shape [2, 8], got str 'x'"),
+    ("shape", "output 'logprobs' must have shape [2, 8], got shape [1, 8]"),
+    ("detached", "output 'logprobs' does not require grad"),
+    ("f64", "output 'logprobs' must be a floating tensor of dtype float32 or bfloat16 or float16 (the run's dtype is "
+            "float32), got dtype float64"),
+    ("missing", "the adapter returned no 'logprobs'"),
+])
+def test_a_malformed_logprob_result_is_the_checks_error(capsys, monkeypatch, kind, expected):
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))
+    code = main(["check", "--formula", "logprob.token", "--shape", "2x8", "--vocab", "16",
+                 "--adapter", f"bad_input_check_adapters:lp_{kind}"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "Traceback" not in out + err and "internal error" not in err
+    line = next(x for x in out.splitlines() if x.startswith(f"pgspec check lp-{kind} "))
+    assert line.split(": error (")[1].split("): ", 1)[1].startswith(expected), line
