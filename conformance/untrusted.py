@@ -141,8 +141,9 @@ def checked_call(adapter, formula_id: str, tensors: dict, params: dict, dtype: s
 CASE_TIMEOUT: float | None = None
 
 
-class CaseTimeout(Exception):
-    """An adapter's call that did not return within CASE_TIMEOUT: the case's error."""
+class CaseTimeout(BaseException):
+    """An adapter's call that did not return within CASE_TIMEOUT: the case's error.  A BaseException, so
+    that an adapter's ``except Exception:`` does not swallow it and carry on past its time."""
 
 
 class time_limit:

@@ -222,20 +222,21 @@ def test_a_case_that_hangs_in_the_worker_is_its_error_and_the_run_goes_on(capsys
 
 # a time limit in this process ----------------------------------------------------------------------
 
-def test_a_case_that_hangs_in_this_process_is_its_error_with_case_timeout(capsys, monkeypatch, tmp_path):
+@pytest.mark.parametrize("factory, name", [("hangs_in_k1", "hangs"), ("hangs_swallowing", "hangs-swallowing")])
+def test_a_case_that_hangs_in_this_process_is_its_error_with_case_timeout(capsys, monkeypatch, tmp_path, factory, name):
     from pgspec.conformance import untrusted as u
 
     monkeypatch.syspath_prepend(FIXTURES)
     monkeypatch.setattr(u, "CASE_TIMEOUT", None)
-    code = main(["run", "--adapter", "bad_input_adapters:hangs_in_k1", "--case-timeout", "1",
+    code = main(["run", "--adapter", f"bad_input_adapters:{factory}", "--case-timeout", "1",
                  "--formulas", "kl.k1/on-reference,kl.k2/on-reference", "--dtype", "float64", "--no-properties",
                  "--report", f"json:{tmp_path}/r.json"])
     out, err = capsys.readouterr()
     assert code == 1 and "Traceback" not in out + err
     r = {x["case_id"]: x for x in json.loads((tmp_path / "r.json").read_text())["results"]}
     assert r["kl.k1/on-reference"]["outcome"] == "error"
-    assert r["kl.k1/on-reference"]["message"] == ("adapter 'hangs' did not return within 1 s (--case-timeout): its call "
-                                                  "was interrupted")
+    assert r["kl.k1/on-reference"]["message"] == (f"adapter {name!r} did not return within 1 s (--case-timeout): its "
+                                                  "call was interrupted")
     assert r["kl.k2/on-reference"]["outcome"] == "pass"
     import signal
 
