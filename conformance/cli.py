@@ -442,9 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the framework checkout for nemo_rl, slime, fast_llm, megatron (default: "
                         "$PGSPEC_<NAME>_SOURCE)")
     r.add_argument("--case-timeout", type=_seconds, default=None, metavar="SECONDS",
-                   help="a case that takes longer becomes an error outcome: with --python the worker is killed "
-                        "(default 300); in this process the adapter's Python code is interrupted (default: no limit; "
-                        "docs/bad-input.md)")
+                   help="a case that takes longer becomes an error outcome: with --python the worker is killed, in "
+                        "this process the adapter's Python code is interrupted (default: 300 with --python, no limit "
+                        "in this process; docs/bad-input.md)")
     r.add_argument("--startup-timeout", type=_seconds, default=300.0, metavar="SECONDS",
                    help="with --python: the worker must load the adapter within this time")
     r.set_defaults(func=_run)
