@@ -2113,7 +2113,8 @@ def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", dev
 
 def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), device: str = "cpu", seed: int = 0,
                params: dict | None = None, chunk: int = 8, vocab: int | None = None,
-               hidden: int | None = None, sampler: bool = False) -> list[CheckResult]:
+               hidden: int | None = None, sampler: bool = False, max_memory: float | None = None,
+               progress=None) -> list[CheckResult]:
     """One CheckResult per dtype of ``dtypes``, in order.  The oracle does not depend on the
     adapter's dtype (float64 on the same seeded inputs): it is evaluated once for all of them, and
     each result's ``oracle_seconds`` is that one evaluation's time.  ``sampler``: give loss.vespo the
@@ -2130,6 +2131,17 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
     ok, why = adapter.available()
     if not ok:
         raise CheckError(f"adapter {adapter.name!r} is not available here: {why}")
+    from .check_memory import is_long, refuse_if_too_large
+
+    # the memory estimate before anything is allocated (check_memory.py); ``max_memory``: GiB allowed
+    too_large = refuse_if_too_large(formula, B, T, device, vocab, hidden, max_memory)
+    if too_large:
+        raise CheckError(too_large)
+    if progress is None or not is_long(B, T, vocab):
+        progress = None
+    elif progress is not None:
+        progress(f"{formula} {B}x{T}{f' V={vocab}' if vocab else ''}: seeded inputs, then the float64 oracle on "
+                 f"{device}, then {adapter.name} in {', '.join(dtypes)}")
     if formula in VOCAB_FORMULAS:
         return run_logprob_checks(adapter, B, T, vocab, hidden, list(dtypes), device, seed, dict(params or {}))
     if formula in HEAD_LOSS_FORMULAS and vocab is not None:
@@ -2153,6 +2165,8 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
     seconds = time.perf_counter() - t
     found = cb.branches(formula, arrays, params)
     for res in todo:
+        if progress is not None:
+            progress(f"oracle done ({seconds:.1f} s); {adapter.name} in {res.dtype}")
         res.branches, res.unreached = [b.to_json() for b in found], cb.unreached(found)
         res.oracle_seconds = seconds
         _check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales)
@@ -2192,8 +2206,12 @@ def _check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales
     except Exception as e:  # noqa: BLE001 - the adapter's dtype or device cannot hold the inputs
         res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
         return
+    from .untrusted import checked_call     # the adapter's result is untrusted data (issue 39)
+
+    expected = {name: tuple(t.shape) for name, t in ref_out.items() if hasattr(t, "shape")}
     unconnected: list = []
-    got = _timed_adapter_call(res, device, lambda: compare.call(adapter, formula, tensors, params, unconnected))
+    got = _timed_adapter_call(res, device,
+                              lambda: checked_call(adapter, formula, tensors, params, dtype, expected, unconnected))
     if got is None:
         return
     out, grads = got
@@ -2301,8 +2319,14 @@ def _timed_adapter_call(res, device, work):
     except Unsupported as e:      # the adapter declines these parameters (a head with no logit_scale, say)
         res.outcome, res.message = "unsupported", f"{res.adapter} does not support this: {e}"
         return None
-    except Exception as e:  # noqa: BLE001 - the adapter's crash is an outcome
-        res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
+    except BaseException as e:  # noqa: BLE001 - the adapter's crash (sys.exit() too) is an outcome
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        from .outputs import MalformedOutput
+        from .untrusted import describe_exception
+
+        what = str(e) if isinstance(e, MalformedOutput) else f"{res.adapter} raised {describe_exception(e)}"
+        res.outcome, res.message = "error", what
         return None
 
 
@@ -2426,9 +2450,16 @@ def run_head_loss_checks(adapter, formula, B, T, V, H, dtypes, device, seed, par
         old, adv_t = ref["old_logprobs"].to(side), ref["advantages"].to(side)        # exact (float32 values)
         extra = {k: ref[k].to(side) for k in ("ref_logprobs", "sampler_logprobs") if k in ref}  # exact (bfloat16 values)
 
-        def work():
-            out = head(X, W, y, m, old, adv_t, dict(p), **extra)
-            return out["loss"], out["grad"]["hidden"]
+        def work():     # what the head returns is checked before it is read (untrusted.py, issue 39)
+            from .untrusted import check_tensor, require_dict
+
+            out = require_dict(head(X, W, y, m, old, adv_t, dict(p), **extra), ("loss", "grad"))
+            grad = require_dict(out.get("grad"), ("hidden",), "the head's 'grad'")
+            loss = out.get("loss")
+            scalar = tuple(loss.shape) if torch.is_tensor(loss) and loss.numel() == 1 else ()
+            check_tensor("loss", loss, scalar, res.dtype, device)
+            check_tensor("grad.hidden", grad.get("hidden"), (B, T, H), res.dtype, device, "gradient")
+            return loss, grad["hidden"]
 
         got = _timed_adapter_call(res, device, work)
         if got is None:
@@ -2465,13 +2496,23 @@ def _logprob_work(adapter, head, arrays, y, m, p, dtype, device):
     X = torch.as_tensor(arrays["hidden"], device=device).to(tdtype)
     W = torch.as_tensor(arrays["weight"], device=device).to(tdtype)
 
-    def work():
+    from .untrusted import check_tensor, require_dict, require_differentiable
+
+    B, T, H = X.shape
+
+    def work():     # what the adapter returns is checked before it is read (untrusted.py, issue 39)
         if head is not None:
-            out = head(X, W, y, m, dict(p))
-            return out["logprobs"], out["grad"]["hidden"]
+            out = require_dict(head(X, W, y, m, dict(p)), ("logprobs", "grad"))
+            grad = require_dict(out.get("grad"), ("hidden",), "the head's 'grad'")
+            check_tensor("logprobs", out.get("logprobs"), (B, T), dtype, device)
+            check_tensor("grad.hidden", grad.get("hidden"), (B, T, H), dtype, device, "gradient")
+            return out["logprobs"], grad["hidden"]
         Xg = X.detach().requires_grad_(True)
         with torch.enable_grad():
-            o = adapter.call(lp.FORMULA, {"logits": Xg @ W.T, "targets": y, "mask": m}, dict(p))
+            o = require_dict(adapter.call(lp.FORMULA, {"logits": Xg @ W.T, "targets": y, "mask": m}, dict(p)),
+                             ("logprobs",))
+            check_tensor("logprobs", o.get("logprobs"), (B, T), dtype, device)
+            require_differentiable("logprobs", o["logprobs"], ["logits"])
             (gx,) = torch.autograd.grad(compare.objective(o["logprobs"], m), [Xg])
         return o["logprobs"], gx
 

@@ -148,10 +148,14 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
 
         _say(f"pgspec run: starting the worker ({args.python}); it has {args.startup_timeout:g} s "
              f"(--startup-timeout) to load adapter {args.adapter!r}")
-        adapter = IsolatedAdapter(args.python, args.adapter, timeout=args.case_timeout,
+        adapter = IsolatedAdapter(args.python, args.adapter,
+                                  timeout=args.case_timeout if args.case_timeout is not None else 300.0,
                                   startup_timeout=args.startup_timeout)
     else:
         adapter = loaded if loaded is not None else runner.load_adapter(args.adapter)
+        from . import untrusted
+
+        untrusted.CASE_TIMEOUT = args.case_timeout     # in this process: SIGALRM (untrusted.time_limit)
     try:
         ok, why = _adapter_call(args.adapter, adapter, "available")
         if not ok:
@@ -437,8 +441,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--source", metavar="PATH", default=None,
                    help="the framework checkout for nemo_rl, slime, fast_llm, megatron (default: "
                         "$PGSPEC_<NAME>_SOURCE)")
-    r.add_argument("--case-timeout", type=_seconds, default=300.0, metavar="SECONDS",
-                   help="with --python: a case that takes longer becomes an error outcome")
+    r.add_argument("--case-timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help="a case that takes longer becomes an error outcome: with --python the worker is killed, in "
+                        "this process the adapter's Python code is interrupted (default: 300 with --python, no limit "
+                        "in this process; docs/bad-input.md)")
     r.add_argument("--startup-timeout", type=_seconds, default=300.0, metavar="SECONDS",
                    help="with --python: the worker must load the adapter within this time")
     r.set_defaults(func=_run)
@@ -467,6 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sampler", action="store_true",
                    help="give loss.vespo the sampler's log-probs, which it folds into phi (TRL's and Liger's vLLM "
                         "correction); the other losses get them where their options read them")
+    c.add_argument("--max-memory", metavar="GIB", default=None,
+                   help="the memory the check may use, in GiB: a shape whose estimate exceeds it is refused before "
+                        "anything is allocated (default: the memory available, docs/bad-input.md)")
     c.set_defaults(func=_check)
     return parser
 
@@ -496,9 +505,18 @@ def _check(args) -> int:
             dtypes = tolerance.parse_dtypes(args.dtype)
         except ValueError as e:
             raise check.CheckError(str(e)) from None
+        max_memory = None
+        if args.max_memory is not None:
+            from .check_memory import parse_max_memory
+
+            try:
+                max_memory = parse_max_memory(args.max_memory)
+            except ValueError as e:
+                raise check.CheckError(f"--max-memory {e}") from None
         adapter = runner.load_adapter(args.adapter)
         results = check.run_checks(adapter, args.formula, B, T, dtypes, args.device, args.seed, params, args.chunk,
-                                   vocab=args.vocab, hidden=args.hidden, sampler=args.sampler)
+                                   vocab=args.vocab, hidden=args.hidden, sampler=args.sampler, max_memory=max_memory,
+                                   progress=lambda line: print(f"pgspec check: {line}", file=sys.stderr, flush=True))
     except (check.CheckError, runner.RunError) as e:
         print(f"pgspec check: {e}", file=sys.stderr)
         return 2
@@ -547,7 +565,12 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    if value > MAX_SECONDS:     # a larger one overflowed the platform's timeout (exit 3)
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS} seconds (7 days), got {text!r}")
     return value
+
+
+MAX_SECONDS = 7 * 24 * 3600
 
 
 ISSUES_URL = "the pgspec issue tracker"
@@ -604,6 +627,14 @@ def _main(argv) -> int:
     if mode not in (None, "fast", "exact"):     # read as the comparison core is imported: checked first
         print(f"pgspec {args.command}: PGSPEC_COMPARE must be 'fast' (the default) or 'exact' (every element compared "
               f"in mpmath, spec/tolerance.md), got {mode!r}", file=sys.stderr)
+        return 2
+    from .settings import SettingError, check_environment
+
+    try:    # every PGSPEC_* variable against its range, before any work (docs/bad-input.md)
+        for warning in check_environment():
+            print(warning, file=sys.stderr)
+    except SettingError as e:
+        print(f"pgspec {args.command}: {e}", file=sys.stderr)
         return 2
     from .gcpause import gc_paused
 

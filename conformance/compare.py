@@ -995,7 +995,9 @@ def _family_entries(family: str, sha: str, cases: dict) -> dict:
     read from the on-disk cache or prepared now (and stored)."""
     d = _prepared_dir()
     path = d / f"{sha}.npz" if d is not None else None
-    if path is not None and path.exists():
+    from .files import cache_entry_ok
+
+    if path is not None and cache_entry_ok(path):   # a directory or a FIFO there: a miss, never a hang
         try:
             return _read_family(path, cases)
         except Exception:  # noqa: BLE001 - a damaged or unreadable entry only costs its preparation

@@ -611,7 +611,12 @@ def _resolve(path: Path, chain: tuple) -> dict:
     if path.resolve() in chain:
         cycle = " -> ".join(_display_path(p) for p in (*chain, path.resolve()))
         raise DeclarationError(f"{shown}: extends forms a cycle: {cycle}")
-    text = path.read_text()
+    from .files import FileProblem, read_text
+
+    try:
+        text = read_text(path)      # a regular UTF-8 file of at most 4 MiB (issue 39)
+    except FileProblem as e:
+        raise DeclarationError(str(e).replace(str(path), shown, 1)) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

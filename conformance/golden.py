@@ -193,16 +193,14 @@ def _jobs() -> int:
     """Worker processes for generation: PGSPEC_JOBS, else the CPU count (at most 8)."""
     import os
 
+    from .settings import VARIABLES, SettingError
+
     value = os.environ.get("PGSPEC_JOBS")
-    if value is not None and value.strip():
+    if value is not None and value.strip():     # empty: the default
         try:
-            jobs = int(value)
-        except ValueError:
-            jobs = 0
-        if jobs < 1:
-            raise GoldenError(f"PGSPEC_JOBS must be a positive integer (worker processes for golden generation and "
-                              f"verify), got {value!r}")
-        return jobs
+            return VARIABLES["PGSPEC_JOBS"].check("PGSPEC_JOBS", value)    # 1 to 256, never clipped
+        except SettingError as e:
+            raise GoldenError(str(e)) from None
     return max(1, min(8, os.cpu_count() or 1))
 
 
@@ -329,11 +327,17 @@ def _record_key(case: Case) -> str | None:
 def _cache_get(key: str):
     d = _record_cache_dir()
     path = d / key[:2] / f"{key}.json" if d is not None else None
-    if path is None or not path.exists():
+    from .files import cache_entry_ok
+
+    if path is None or not cache_entry_ok(path):    # absent, a directory, a FIFO...: a miss
         return None
     try:
-        return json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        entry = json.loads(path.read_bytes())
+        record = entry["record"]
+        if entry["sha256"] != hashlib.sha256(json.dumps(record, ensure_ascii=True).encode()).hexdigest():
+            return None     # damaged (or written by another layout): evaluated again, never used
+        return record
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -347,7 +351,9 @@ def _cache_put(key: str, record: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(json.dumps(record, ensure_ascii=True).encode())
+        text = json.dumps(record, ensure_ascii=True)
+        entry = {"sha256": hashlib.sha256(text.encode()).hexdigest(), "record": record}   # checked by _cache_get
+        tmp.write_bytes(json.dumps(entry, ensure_ascii=True).encode())
         tmp.replace(path)
     except OSError:
         pass  # a read-only cache only costs time
@@ -457,8 +463,12 @@ def load_manifest(directory: Path = GOLDEN_DIR) -> dict:
     path = directory / "MANIFEST"
     if not path.exists():
         raise GoldenError(f"{path}: missing; run `pgspec golden generate`")
+    from .files import FileProblem, read_text
+
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(read_text(path))
+    except FileProblem as e:
+        raise GoldenError(f"{e}; run `pgspec golden generate`") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise GoldenError(f"{path}: not valid JSON ({e}); golden files are only written by `pgspec golden generate`") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
@@ -519,7 +529,12 @@ def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
     path = directory / f"{family}.json"
     if not path.exists():
         raise GoldenError(f"{path}: no golden file for family {family!r}")
-    data = path.read_bytes()
+    from .files import MAX_GOLDEN_BYTES, FileProblem, read_bytes
+
+    try:
+        data = read_bytes(path, MAX_GOLDEN_BYTES)     # a regular file of bounded size (issue 39)
+    except FileProblem as e:
+        raise GoldenError(f"{e}; golden files are only written by `pgspec golden generate`") from None
     expected = load_manifest(directory)["files"].get(path.name)
     actual = hashlib.sha256(data).hexdigest()
     if expected != actual:

@@ -83,6 +83,10 @@ def worker_main(argv=None) -> int:
         try:
             if op == "hello":
                 ok, why = adapter.available()
+                missing = _preload(adapter) if ok is True else None
+                if missing is not None:
+                    send({"ok": False, "error": missing[1], "summary": missing[0], "startup": True})
+                    continue
                 send({"ok": True, "protocol": PROTOCOL, "adapter": {
                     "name": adapter.name, "framework": adapter.framework, "version": adapter.version,
                     "devices": list(adapter.devices), "dtypes": list(adapter.dtypes),
@@ -105,6 +109,27 @@ def worker_main(argv=None) -> int:
                 raise
             send({"ok": False, "error": traceback.format_exc(), "summary": runner._one_line(e)})
     return 0
+
+
+def _preload(adapter):
+    """Load what a checkout's adapter (``load()``: nemo_rl, slime, megatron, fast_llm) imports on first
+    use, once, at the worker's start-up: a missing dependency of the checkout is then one start-up
+    error naming the module and how to install it, not a traceback in every case (issue 39).
+    Returns None, or (one line, the traceback)."""
+    load = getattr(adapter, "load", None)
+    if not getattr(adapter, "requires_isolation", False) or not callable(load):
+        return None
+    from .untrusted import describe_exception, missing_module_hint
+
+    try:
+        load()
+    except BaseException as e:  # noqa: BLE001 - the checkout's code: SystemExit included
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        hint = missing_module_hint(e, sys.executable)
+        line = hint or f"loading the checkout raised {describe_exception(e)}"
+        return f"adapter {adapter.name!r}: {line}", traceback.format_exc()
+    return None
 
 
 # parent side -----------------------------------------------------------------------------------
@@ -239,6 +264,8 @@ class IsolatedAdapter:
         for option, value in (("--case-timeout", timeout), ("--startup-timeout", startup_timeout)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise RunError(f"{option} must be a positive number of seconds, got {value!r}")
+            if value > 7 * 24 * 3600:   # a larger one overflows the platform's timeout
+                raise RunError(f"{option} must be at most {7 * 24 * 3600} seconds (7 days), got {value!r}")
         if not Path(python).exists() and os.sep not in python:
             import shutil
 
@@ -270,6 +297,9 @@ class IsolatedAdapter:
 
             path = save(f"adapter {adapter!r} in {python}: the worker could not load it\n\n{error}", "worker")
             self.close()
+            if hello.get("startup"):   # the checkout's own loading (_preload): its one line says it all
+                raise RunError(f"--python {python}: {summary}"
+                               + (f" (the worker's traceback is saved to {path})" if path else ""))
             raise RunError(f"--python {python}: the worker could not load adapter {adapter!r}: {summary}"
                            + (f" (the worker's traceback is saved to {path})" if path else f"\n{error}"))
         info = hello["adapter"]

@@ -142,10 +142,9 @@ def _check_protocol(adapter, spec: str) -> None:
 
 def _one_line(e: BaseException) -> str:
     """``TypeName: message`` on one line (SystemExit shows its code)."""
-    if isinstance(e, SystemExit):
-        return f"SystemExit (sys.exit({e.code!r}))"
-    text = " ".join(str(e).split())
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+    from .untrusted import describe_exception
+
+    return describe_exception(e)    # never raises, whatever the exception's __str__ does
 
 
 # adapter name -> the spec it was loaded by (``"torch"``, ``"my_module:adapter"``): what a repro

@@ -64,15 +64,20 @@ def _value(v):
     return None if v == "null" else v
 
 
+MAX_PRESETS_BYTES = 4 << 20
+
+
 def load_file(path: Path) -> list[Preset]:
     from pgspec.reference import REGISTRY, SpecError
     from pgspec.reference._evaluate import check_params
 
     shown = f"conformance/presets/{path.name}"
+    from .files import FileProblem, decode_text, read_bytes
+
     try:
-        data = tomllib.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise PresetError(f"{shown}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+        data = tomllib.loads(decode_text(shown, read_bytes(path, MAX_PRESETS_BYTES)))
+    except FileProblem as e:        # not a regular file, too large, not UTF-8 (naming the line)
+        raise PresetError(str(e).replace(str(path), shown)) from None
     except tomllib.TOMLDecodeError as e:
         raise PresetError(f"{shown}: not valid TOML: {e}") from None
     unknown = set(data) - _FILE_KEYS

@@ -42,12 +42,17 @@ def _input_dims(f, tensors: dict) -> dict:
     return dims
 
 
-def _describe_tensor(key: str, got, expected_shape: tuple, dtype: str, real: bool, where: str) -> str | None:
+def _describe_tensor(key: str, got, expected_shape: tuple, dtype: str, real: bool, where: str,
+                     device: str | None = None) -> str | None:
     import torch
 
     if not isinstance(got, torch.Tensor):
         return (f"{where} {key!r} must be a torch.Tensor of shape {list(expected_shape)}, "
                 f"got {type(got).__name__} {_short(got)}")
+    if got.layout != torch.strided:
+        return f"{where} {key!r} must be a dense (strided) tensor, got layout {str(got.layout).removeprefix('torch.')}"
+    if device is not None and got.device.type != device:
+        return f"{where} {key!r} must be on the run's device {device}, got a tensor on {got.device}"
     if tuple(got.shape) != tuple(expected_shape):
         return f"{where} {key!r} must have shape {list(expected_shape)}, got shape {list(got.shape)}"
     if real:
@@ -60,7 +65,12 @@ def _describe_tensor(key: str, got, expected_shape: tuple, dtype: str, real: boo
 
 
 def _short(x) -> str:
-    text = repr(x)
+    try:
+        text = repr(x)
+        if not isinstance(text, str):
+            raise TypeError
+    except Exception:  # noqa: BLE001 - an adapter's object whose repr() raises
+        return f"<{type(x).__name__} whose repr() raised>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -74,13 +84,15 @@ def check_outputs(f, case: dict, dtype: str, tensors: dict, out) -> None:
         raise MalformedOutput(f"the adapter returned {type(out).__name__} {_short(out)}; expected a dict of "
                               f"output name -> tensor ({', '.join(o.name for o in f.outputs)})")
     accepted = _accepted(dtype)
+    device = _device_of(tensors)
     for name, real, expected, spec_shape in _expected_outputs(f, case, tensors):
         got = out.get(name)
         if got is None:
             continue
-        if isinstance(got, torch.Tensor) and got.shape == expected and (not real or got.dtype in accepted):
+        if isinstance(got, torch.Tensor) and got.shape == expected and (not real or got.dtype in accepted) \
+                and got.layout == torch.strided and (device is None or got.device.type == device):
             continue        # what _describe_tensor accepts, decided without building its message
-        problem = _describe_tensor(name, got, expected, dtype, real, "output")
+        problem = _describe_tensor(name, got, expected, dtype, real, "output", device)
         if problem:
             raise MalformedOutput(problem + _dims_text(spec_shape, _input_dims(f, tensors)))
     if "grad" in out and out["grad"] is not None and not isinstance(out["grad"], dict):
@@ -138,14 +150,25 @@ def check_grads(f, dtype: str, tensors: dict, grads) -> None:
     import torch
 
     accepted = _accepted(dtype)
+    device = _device_of(tensors)
     for name, g in (grads or {}).items():
         if name not in tensors or g is None:
             continue
-        if isinstance(g, torch.Tensor) and g.shape == tensors[name].shape and g.dtype in accepted:
+        if isinstance(g, torch.Tensor) and g.shape == tensors[name].shape and g.dtype in accepted \
+                and g.layout == torch.strided and (device is None or g.device.type == device):
             continue        # what _describe_tensor accepts, decided without building its message
-        problem = _describe_tensor(f"grad.{name}", g, tuple(tensors[name].shape), dtype, True, "gradient")
+        problem = _describe_tensor(f"grad.{name}", g, tuple(tensors[name].shape), dtype, True, "gradient", device)
         if problem:
             raise MalformedOutput(problem + f" (the shape of input {name!r})")
+
+
+def _device_of(tensors: dict) -> str | None:
+    """The device type (cpu, cuda) of the case's input tensors: where its outputs must be too."""
+    for t in tensors.values():
+        device = getattr(t, "device", None)
+        if device is not None:
+            return device.type
+    return None
 
 
 def _dims_text(shape: tuple, dims: dict) -> str:

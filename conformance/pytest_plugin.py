@@ -14,6 +14,8 @@ option the plugin does nothing.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 
@@ -151,7 +153,14 @@ def pytest_configure(config):
     if not name:
         return
     from pgspec.conformance import runner
+    from pgspec.conformance.settings import SettingError, check_environment
     from pgspec.conformance.tolerance import parse_dtypes
+
+    try:    # the PGSPEC_* variables, as `pgspec` checks them (docs/bad-input.md)
+        for warning in check_environment():
+            print(warning, file=sys.stderr)
+    except SettingError as e:
+        raise pytest.UsageError(str(e)) from None
 
     try:    # as `pgspec run --dtype`: the aliases (fp32, bf16...) too
         dtypes = parse_dtypes(config.getoption("--pgspec-dtype"), option="--pgspec-dtype")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import sys
 import traceback
 import copy
 from dataclasses import dataclass, field, fields
@@ -27,6 +28,7 @@ from .classification import (BAD_OUTCOMES, OUTCOMES, VALIDATION_OUTCOMES, _faile
 from .loading import (ADAPTER_ATTRIBUTES, BUILTIN_ADAPTERS, LOADED_AS, TORCH_MISSING, RunError,  # noqa: F401
                       _check_protocol, _current_folder_importable, _one_line, _torch_missing, load_adapter)
 from .origin import ORIGIN_TEXT, exception_record
+from .untrusted import CaseTimeout, missing_module_hint, require_differentiable, time_limit
 from .outputs import (ACCEPTED_DTYPES, MalformedOutput, _short, check_grads, check_outputs,  # noqa: F401
                       float16_inexact)
 from .compare import TORCH_DTYPES, to_tensors  # noqa: F401 - the call convention, re-exported
@@ -473,12 +475,13 @@ def _call_case(adapter, case, dtype, device, result):
     f = REGISTRY[case["formula"]]
     try:
         tensors = case_tensors(case, dtype, device)
-        with torch.enable_grad():
+        with torch.enable_grad(), time_limit(adapter.name):
             out = adapter.call(case["formula"], tensors, adapter_params(case["formula"], case["params"]))
             check_outputs(f, case, dtype, tensors, out)
             grads = out.get("grad")
             diff = [n for n in f.differentiable if n in tensors]
-            if grads is None and diff and f.grad_of in out:
+            if grads is None and diff and out.get(f.grad_of) is not None:
+                require_differentiable(f.grad_of, out[f.grad_of], diff)
                 got = compare.autograd(out[f.grad_of], tensors, diff)
                 unconnected = [n for n, g in zip(diff, got) if g is None and _nonzero(case["grad"].get(n))]
                 if unconnected:
@@ -489,7 +492,7 @@ def _call_case(adapter, case, dtype, device, result):
                         f"from those inputs (a .detach(), .item(), no_grad or a copy through numpy)")
                 grads = {n: (g if g is not None else torch.zeros_like(tensors[n])) for n, g in zip(diff, got)}
             check_grads(f, dtype, tensors, grads)
-    except MalformedOutput as e:
+    except (MalformedOutput, CaseTimeout) as e:
         result.outcome = "error"
         result.message = str(e)
         return result
@@ -498,7 +501,9 @@ def _call_case(adapter, case, dtype, device, result):
             raise
         result.outcome = "error"
         result.exception = exception_record(e, adapter)
-        result.message = traceback.format_exc(limit=8)
+        # a module the adapter's framework needs and this interpreter lacks: the module and the install
+        hint = missing_module_hint(e, sys.executable)
+        result.message = hint or traceback.format_exc(limit=8)
         return result
     # The primary output (the one the spec differentiates, else the first) and the gradients are
     # required; other outputs are compared when the adapter produces them (a framework that only

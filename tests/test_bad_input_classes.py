@@ -69,7 +69,7 @@ def test_globs_that_all_match_select_their_union():
     (b'\n[[preset]]\nconfig = "x"\nrecipe = "loss.grpo"\nparams = { eps_low = "abc" }\nlink = "l"\n',
      r"verl\.toml: \[\[preset\]\] #\d+: loss\.grpo: parameter 'eps_low' must be real"),
     (b"\n[[preset]\n", r"verl\.toml: not valid TOML"),
-    (b"\xff\xfe", r"verl\.toml: not UTF-8 text"),
+    (b"\xff\xfe", r"verl\.toml, line \d+, column \d+: not UTF-8 text"),
     (b'\n[[preset]]\nconfig = "x"\nrecipe = "loss.nope"\nlink = "l"\n', r"recipe 'loss\.nope' is not a loss\.\* recipe"),
     (b'\nsurprise = 1\n', r"verl\.toml: .*unknown key"),
 ])

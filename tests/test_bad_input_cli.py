@@ -154,7 +154,7 @@ def test_no_command_prints_the_help_as_a_usage_error(capsys):
 @pytest.mark.parametrize("name,value,argv,expected", [
     ("PGSPEC_COMPARE", "bogus", BASE, "PGSPEC_COMPARE must be 'fast' (the default) or 'exact'"),
     ("PGSPEC_COMPARE", "", BASE, "got ''"),
-    ("PGSPEC_JOBS", "abc", ["golden", "verify"], "PGSPEC_JOBS must be a positive integer"),
+    ("PGSPEC_JOBS", "abc", ["golden", "verify"], "PGSPEC_JOBS must be an integer from 1 to 256"),
     ("PGSPEC_JOBS", "0", ["golden", "verify"], "got '0'"),
     ("PGSPEC_JOBS", "-2", ["golden", "generate"], "got '-2'"),
 ])

@@ -70,13 +70,27 @@ def test_a_detached_output_is_not_connected_on_every_case_with_a_non_zero_gradie
     cases = [c for c in runner.select_cases(pattern) if not c.get("expect_error") and c.get("grad")]
     adapter = _detaching({c["formula"] for c in cases})
     assert cases
-    for case in cases:
+    for case in cases:   # a zero reference gradient too: an output that cannot be differentiated at all
         result = runner.run_case(adapter, case, "float64", "cpu")
-        if any(_above(r, 0) for r in case["grad"].values()):
-            assert result.outcome == "error" and "not connected" in result.message, (case["id"], result.message)
-            assert runner.REGISTRY[case["formula"]].grad_of in result.message
-        else:  # nothing to connect: the zeros are the gradient
-            assert result.outcome != "error" or "not connected" not in result.message, case["id"]
+        assert result.outcome == "error" and "not connected" in result.message, (case["id"], result.message)
+        assert repr(runner.REGISTRY[case["formula"]].grad_of) in result.message
+
+
+def test_an_output_connected_by_a_zero_path_is_judged_by_its_gradient_not_called_unconnected():
+    """An output that keeps an autograd path to its input (here a product with 0) but not the right one
+    has a gradient, zeros: that is a failure of grad.values, not a 'not connected' error."""
+    t = runner.load_adapter("torch")
+
+    def half(inputs, params):    # the value of the first row only, still a graph on 'values'
+        out = dict(t.implementations["agg.token_mean"](inputs, params))
+        out["value"] = out["value"] * 0 + inputs["values"][:1].sum() * 0 + out["value"].detach()
+        return out
+
+    adapter = Adapter(name="half", framework="half", version="0", dtypes=("float64",),
+                      implementations={"agg.token_mean": half})
+    case = next(c for c in runner.select_cases("agg.token_mean") if c["id"] == "agg.token_mean/cancellation")
+    result = runner.run_case(adapter, case, "float64", "cpu")
+    assert result.outcome == "fail" and "grad.values" in result.message, result.message
 
 
 @pytest.mark.parametrize("formula", ["loss.bnpo", "loss.gspo", "agg.token_mean"])

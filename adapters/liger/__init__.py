@@ -166,7 +166,9 @@ def make_compiled_adapter() -> Adapter:
 
     from . import fused
 
-    limit = int(os.environ.get("PGSPEC_LIGER_RECOMPILE_LIMIT", "256"))
+    from pgspec.conformance.settings import get
+
+    limit = get("PGSPEC_LIGER_RECOMPILE_LIMIT", 256)     # 1 to 65536, else one line naming it
     torch._dynamo.config.recompile_limit = limit
     torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 16 * limit)
 

@@ -284,9 +284,12 @@ def _disk_get(key: bytes):
     # the entry's file opened by its name (one call per reference: pathlib's joins and a separate
     # existence test cost more than the read)
     try:
-        with open(os.path.join(d, _disk_name(key)), "rb") as fh:
+        # O_NONBLOCK: a FIFO in the entry's place reads as empty (a miss) instead of blocking forever;
+        # a regular file reads as usual
+        fd = os.open(os.path.join(d, _disk_name(key)), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
             raw = fh.read()
-    except OSError:         # none (or an unreadable cache): evaluated
+    except OSError:         # none, a directory (or an unreadable cache): evaluated
         return None
     try:
         payload = memoryview(raw)[32:]
