@@ -29,7 +29,7 @@ SLUG = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 FRAMEWORK_MODULES = {
     "trl": {"trl"}, "verl": {"verl"}, "openrlhf": {"openrlhf"}, "skyrl": {"skyrl", "skyrl_train"},
     "areal": {"areal"}, "nemo_rl": {"nemo_rl"}, "slime": {"slime", "megatron"}, "liger": {"liger_kernel"},
-    "fast_llm": {"fast_llm"}, "megatron": {"megatron"},
+    "fast_llm": {"fast_llm"}, "megatron": {"megatron"}, "unsloth": {"unsloth_zoo"}, "ms_swift": {"swift"},
 }
 ALWAYS = {"torch", "numpy"}
 
