@@ -30,6 +30,7 @@ FRAMEWORK_MODULES = {
     "trl": {"trl"}, "verl": {"verl"}, "openrlhf": {"openrlhf"}, "skyrl": {"skyrl", "skyrl_train"},
     "areal": {"areal"}, "nemo_rl": {"nemo_rl"}, "slime": {"slime", "megatron"}, "liger": {"liger_kernel"},
     "fast_llm": {"fast_llm"}, "megatron": {"megatron"}, "oat": {"oat"}, "torchtune": {"torchtune"},
+    "unsloth": {"unsloth_zoo"}, "ms_swift": {"swift"},
 }
 ALWAYS = {"torch", "numpy"}
 
