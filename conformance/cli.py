@@ -468,7 +468,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give loss.vespo the sampler's log-probs, which it folds into phi (TRL's and Liger's vLLM "
                         "correction); the other losses get them where their options read them")
     c.set_defaults(func=_check)
+    from .fuzz.command import add_arguments as fuzz_arguments
+
+    z = command("fuzz")
+    fuzz_arguments(z)
+    z.set_defaults(func=_fuzz)
     return parser
+
+
+def _fuzz(args) -> int:
+    from .fuzz.command import run
+
+    return run(args)
 
 
 def _check(args) -> int:

@@ -1,0 +1,217 @@
+"""The search: hypothesis drives ``examples.draw`` per (formula, dtype), judges each example
+(``judge.fast``), confirms a disagreement (``judge.confirm``) and shrinks a confirmed one.
+
+Each (formula, dtype) is searched in rounds of ``ROUND`` examples (hypothesis ``max_examples``),
+seeded ``seed + round``, until its time budget or its ``examples`` cap is spent or a round finds a
+counterexample.  The test hypothesis runs raises only for a *new* counterexample (the runner's
+``fail`` or ``error`` on the example made a golden record), one exception class per kind of failure
+(its outcome and failing outputs), so hypothesis shrinks each kind on its own and replays the
+smallest example of each last: that example is what is reported.  A disagreement a declaration
+explains (``bug``, ``convention``) is counted under its rule and not shrunk; one the runner passes
+was the float64 oracle's (counted as ``unconfirmed``).  Hypothesis' example database
+(``<pgspec cache>/fuzz/<adapter>``) keeps every failing example, so a rerun replays earlier
+counterexamples first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+
+from pgspec.reference import REGISTRY
+
+from . import examples as ex
+from . import judge
+
+ROUND = 25              # examples per hypothesis run
+SHRINK_SECONDS = 60.0   # at most this long (and at least 15 s) shrinking one formula's counterexamples, beyond its budget
+VERSION = "pgspec-fuzz/1"   # part of the database key: a new drawing scheme starts a new database
+
+
+@dataclass
+class Finding:
+    """One new counterexample, shrunk."""
+
+    formula: str
+    dtype: str
+    outcome: str                      # fail | error
+    params: dict
+    inputs: dict
+    expected: dict                    # the first failing element: output, index, reference
+    got: str
+    message: str
+    case_id: str
+    replay: str = ""                  # the command that replays it
+    declaration: dict | None = None   # a rule that matched but did not explain it (its message says why)
+
+    def to_json(self):
+        return asdict(self)
+
+
+@dataclass
+class FormulaReport:
+    formula: str
+    dtype: str
+    examples: int = 0                 # examples judged
+    invalid: int = 0                  # examples outside the spec (the oracle rejected them)
+    not_applicable: int = 0           # outside the adapter's capabilities (never called)
+    unconfirmed: int = 0              # the oracle disagreed, the exact reference did not
+    explained: dict = field(default_factory=dict)   # "rule N of FILE (kind)" -> count
+    findings: list = field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""                   # pgspec's own problem with this formula (it was not searched)
+
+    def to_json(self):
+        d = asdict(self)
+        d["findings"] = [x.to_json() if hasattr(x, "to_json") else x for x in self.findings]
+        return d
+
+
+class _Found(Exception):
+    """Raised inside the hypothesis test for a confirmed new counterexample."""
+
+
+_KINDS: dict = {}
+
+
+def _kind(key: str):
+    """One exception class per kind of failure, so that hypothesis shrinks each on its own."""
+    cls = _KINDS.get(key)
+    if cls is None:
+        name = "Found_" + hashlib.sha1(key.encode()).hexdigest()[:10]
+        cls = _KINDS[key] = type(name, (_Found,), {"__module__": __name__, "__qualname__": name})
+    return cls
+
+
+def _database(adapter_name: str):
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    from ..cache import cache_dir
+
+    root = cache_dir("fuzz")
+    if root is None:
+        return None
+    return DirectoryBasedExampleDatabase(str(root / adapter_name))
+
+
+def replay_command(adapter_spec: str, fid: str, dtype: str, seed: int) -> str:
+    import shlex
+
+    return " ".join(shlex.quote(p) for p in ["pgspec", "fuzz", "--adapter", adapter_spec, "--formulas", fid,
+                                             "--dtype", dtype, "--seed", str(seed), "--budget", "30s"])
+
+
+def fuzz_formula(adapter, fid: str, dtype: str, *, budget: float, seed: int = 0, max_examples: int | None = None,
+                 device: str = "cpu", adapter_spec: str | None = None, database: bool = True,
+                 stop=None) -> FormulaReport:
+    """Search one formula in one dtype for ``budget`` seconds (or ``max_examples`` examples)."""
+    from hypothesis import HealthCheck, Phase, Verbosity, assume, given, settings
+    from hypothesis import seed as hseed
+    from hypothesis import strategies as st
+    from hypothesis.errors import Unsatisfiable
+    from hypothesis.internal.conjecture import engine as hengine
+
+    from .. import strategies as pst
+    from ..runner import declarations_of
+
+    report = FormulaReport(fid, dtype)
+    start = time.monotonic()
+    decl = declarations_of(adapter)
+    plan = ex.Plan(fid, decl)
+    spec = adapter_spec or adapter.name
+    found: dict = {}
+
+    def check(example):
+        report.examples += 1
+        case = {"id": judge.case_id(fid, example), "formula": fid, "params": example["params"],
+                "inputs": example["inputs"]}
+        if decl.not_applicable(case) is not None or decl.unsupported_case(case) is not None:
+            report.not_applicable += 1
+            assume(False)
+        for _ in range(3):
+            try:
+                why = judge.fast(adapter, fid, example, dtype, device)
+                break
+            except judge.Invalid as e:
+                fixed = ex.repaired(fid, example, str(e))
+                if fixed is None:
+                    report.invalid += 1
+                    assume(False)
+                example = fixed
+        else:
+            report.invalid += 1
+            assume(False)
+        if why is None:
+            return
+        try:
+            result = judge.confirm(adapter, fid, example, dtype, device)
+        except judge.Invalid:
+            report.invalid += 1
+            assume(False)
+        if result.outcome in ("bug", "convention"):
+            d = result.declaration or {}
+            label = f"{d.get('declaration')} of {d.get('source')} ({result.outcome}): {d.get('reason')}"
+            report.explained[label] = report.explained.get(label, 0) + 1
+            return
+        if result.outcome not in ("fail", "error"):
+            report.unconfirmed += 1
+            return
+        key = f"{result.outcome}:{','.join(result.failed_outputs or [])}"
+        ff = result.first_failure or {}
+        found[key] = Finding(fid, dtype, result.outcome, example["params"], example["inputs"],
+                             {k: ff.get(k) for k in ("output", "index", "ref", "bound")} if ff else {},
+                             ff.get("got", ""), result.message.strip()[:2000], result.case_id,
+                             replay_command(spec, fid, dtype, seed), result.declaration)
+        raise _kind(key)(result.message[:200])
+
+    @st.composite
+    def examples(draw):
+        return ex.draw(pst.DrawSource(draw), plan, dtype)
+
+    db = _database(adapter.name) if database else None
+    old_shrink = hengine.MAX_SHRINKING_SECONDS
+    hengine.MAX_SHRINKING_SECONDS = min(SHRINK_SECONDS, max(15.0, budget))
+    try:
+        rnd = 0
+        while True:
+            n = ROUND if max_examples is None else min(ROUND, max_examples - report.examples)
+            if n <= 0 or (max_examples is None and time.monotonic() - start >= budget) or (stop and stop()):
+                break
+
+            @hseed(seed + rnd)
+            @settings(max_examples=n, deadline=None, database=db, derandomize=False, print_blob=False,
+                      verbosity=Verbosity.quiet,
+                      suppress_health_check=list(HealthCheck), report_multiple_bugs=True,
+                      phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
+            @given(examples())
+            def test(example):
+                check(example)
+
+            test._hypothesis_internal_database_key = hashlib.sha256(
+                f"{VERSION}|{spec}|{fid}|{dtype}".encode()).digest()
+            before = report.examples
+            try:
+                test()
+            except Unsatisfiable:
+                pass
+            except BaseException as e:  # noqa: BLE001 - the found counterexamples (a group when several)
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                if not _is_found(e):
+                    raise
+            rnd += 1
+            if found or report.examples == before:
+                break
+    finally:
+        hengine.MAX_SHRINKING_SECONDS = old_shrink
+    report.findings = list(found.values())
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _is_found(e: BaseException) -> bool:
+    if isinstance(e, _Found):
+        return True
+    subs = getattr(e, "exceptions", None)
+    return bool(subs) and all(_is_found(x) for x in subs)
