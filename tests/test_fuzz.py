@@ -45,14 +45,13 @@ def _grpo_ignores_is_weight(inputs, params):
 OWN = {"is.token.truncate": _is_ignores_c_min, "logprob.token": _logprob_ignores_temperature,
        "loss.grpo": _grpo_ignores_is_weight}
 # one wrong implementation per family: (name, formula, adapter factory)
-WRONG = [(w.name, w.formula if w.formula in w.implementations else next(iter(w.implementations)), w.adapter)
-         for w in wrong_adapters.WRONG_ADAPTERS if w.name != "cispo-not-detached"]
+WRONG = [(w.name, w.catch_cases or w.formula, w.adapter) for w in wrong_adapters.WRONG_ADAPTERS]
 WRONG += [(f"own-{fid}", fid, lambda fid=fid: Adapter(f"wrong-{fid}", "test", "0", implementations={fid: OWN[fid]}))
           for fid in OWN]
-WRONG += [("cispo-not-detached", "surrogate.cispo", wrong_adapters.BY_NAME["cispo-not-detached"].adapter)]
 
 
 def _size(example_inputs) -> int:
+    """Positions of the example: B x T, or B without a mask."""
     mask = example_inputs.get("mask")
     if mask is not None:
         return sum(len(row) for row in mask)
@@ -85,7 +84,7 @@ def test_a_declared_deviation_is_reported_as_its_rule_not_as_new():
     w = wrong_adapters.BY_NAME["bessel-std"]
     adapter = w.adapter()
     adapter.deviations = parse({"rule": [{
-        "formulas": ["adv.group_normalized"], "kind": "bug", "cause": "wrong-formula",
+        "ids": ["adv.group_normalized"], "kind": "bug", "cause": "wrong-formula",
         "reason": "the test's adapter always takes the Bessel std", "link": "https://example.org/bessel#L1"}]},
         "test-deviations.toml")
     report = engine.fuzz_formula(adapter, "adv.group_normalized", "float64", budget=60, seed=0, max_examples=200,
@@ -110,14 +109,16 @@ def test_save_writes_a_case_the_generator_accepts(tmp_path, capsys, monkeypatch)
     spec = importlib.util.spec_from_file_location("saved_cases", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    (case,) = module.cases()
-    case.check()
-    record = generate_case(case)        # the generator computes its golden values
-    loaded = {**record, "family": "ratio"}
-    assert runner.run_case(wrong_adapters.BY_NAME["exp-of-sum"].adapter(), loaded, "float64", "cpu").outcome == "fail"
-    assert runner.run_case(runner.load_adapter("torch"), loaded, "float64", "cpu").outcome == "pass"
+    cases = module.cases()
     doc = json.loads((tmp_path / "report.json").read_text())
-    assert doc["reports"][0]["findings"][0]["case_id"] == case.id
+    assert [c.id for c in cases] == [f["case_id"] for f in doc["reports"][0]["findings"]]
+    for case in cases:
+        case.check()
+        record = generate_case(case)        # the generator computes its golden values
+        loaded = {**record, "family": "ratio"}
+        assert runner.run_case(wrong_adapters.BY_NAME["exp-of-sum"].adapter(), loaded, "float64",
+                               "cpu").outcome == "fail"
+        assert runner.run_case(runner.load_adapter("torch"), loaded, "float64", "cpu").outcome == "pass"
 
 
 def test_the_built_in_backend_passes_a_short_seeded_fuzz(capsys):

@@ -109,23 +109,34 @@ def fast(adapter, fid: str, example: dict, dtype: str, device: str = "cpu") -> s
     K = tolerance.K[f.family]
     u, floor = float(tolerance.UNIT_ROUNDOFF[dtype]), float(tolerance.FLOOR[dtype])
     primary = f.grad_of or f.outputs[0].name
-    checks = [(o.name, out.get(o.name) if isinstance(out, dict) else None, ref_out.get(o.name), scales.get(o.name))
-              for o in f.outputs]
+    checks = [(o.name, out.get(o.name) if isinstance(out, dict) else None, ref_out.get(o.name),
+               scales.get(o.name) if getattr(o, "kind", "real") == "real" else None) for o in f.outputs]
     checks += [(f"grad.{n}", (grads or {}).get(n), g, scales.get(f"grad.{n}")) for n, g in ref_grads.items()]
     for key, got, ref, scale in checks:
-        if ref is None or scale is None:
+        if ref is None:
             continue
         if got is None:
             if key == primary or key.startswith("grad."):
                 return f"no {key!r} returned"
             continue
-        r, s = _np(ref), _np(scale)
+        r = _np(ref)
         try:
             g = _np(got)
         except Exception:  # noqa: BLE001 - not a tensor of numbers: the runner says what
             return f"{key}: not a tensor of numbers"
         if g.shape != r.shape:
             return f"{key}: shape {g.shape}, expected {r.shape}"
+        if scale is None:       # a boolean or integer output (a keep mask, a count): equal, or wrong
+            sel = np.ones(r.shape, dtype=bool)
+            if mask is not None and r.ndim >= 2 and r.shape[:2] == mask.shape:
+                sel &= mask.reshape(mask.shape + (1,) * (r.ndim - 2))
+            bad = np.flatnonzero((sel & ~((g == r) | (np.isnan(g) & np.isnan(r)))).reshape(-1))
+            if bad.size:
+                k = int(bad[0])
+                idx = [int(i) for i in np.unravel_index(k, r.shape)] if r.shape else []
+                return f"{key}{idx}: got {g.reshape(-1)[k]!r}, oracle {r.reshape(-1)[k]!r}"
+            continue
+        s = _np(scale)
         if s.shape != r.shape:
             s = np.broadcast_to(s, r.shape) if s.size == 1 else s.reshape(r.shape) if s.size == r.size else None
             if s is None:
