@@ -66,7 +66,7 @@ def test_every_family_has_a_wrong_implementation_here():
 @pytest.mark.parametrize("name,fid,make", WRONG, ids=[w[0] for w in WRONG])
 def test_a_wrong_implementation_is_found_and_shrunk(name, fid, make):
     adapter = make()
-    report = engine.fuzz_formula(adapter, fid, "float64", budget=60, seed=0, max_examples=400, database=False)
+    report = engine.fuzz_formula(adapter, fid, "float64", budget=15, seed=0, max_examples=400, database=False)
     assert report.findings, f"{name}: nothing found in {report.examples} examples ({report.invalid} invalid)"
     f = report.findings[0]
     assert f.outcome in ("fail", "error") and f.formula == fid
@@ -87,12 +87,12 @@ def test_a_declared_deviation_is_reported_as_its_rule_not_as_new():
         "ids": ["adv.group_normalized"], "kind": "bug", "cause": "wrong-formula",
         "reason": "the test's adapter always takes the Bessel std", "link": "https://example.org/bessel#L1"}]},
         "test-deviations.toml")
-    report = engine.fuzz_formula(adapter, "adv.group_normalized", "float64", budget=60, seed=0, max_examples=200,
+    report = engine.fuzz_formula(adapter, "adv.group_normalized", "float64", budget=15, seed=0, max_examples=200,
                                  database=False)
     assert not report.findings, report.findings[0].message
     assert report.explained and all("rule 1 of test-deviations.toml (bug)" in k for k in report.explained)
     # and without the rule the same search reports it as new
-    plain = engine.fuzz_formula(w.adapter(), "adv.group_normalized", "float64", budget=60, seed=0, max_examples=200,
+    plain = engine.fuzz_formula(w.adapter(), "adv.group_normalized", "float64", budget=15, seed=0, max_examples=200,
                                 database=False)
     assert plain.findings and not plain.explained
 

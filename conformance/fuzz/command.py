@@ -239,6 +239,10 @@ def _conclude(adapter, args, reports, dtypes, seconds) -> int:
         if f.declaration:
             print(f"  (matched {f.declaration.get('declaration')} of {f.declaration.get('source')}, which does not "
                   "explain it: see the message)", file=out)
+        for rule in _case_scoped_rules(adapter, f):
+            print(f"  note:     {rule.label} of {rule.source} ({rule.kind}, {rule.cause or 'no cause'}) is declared for "
+                  f"corpus case IDs of {f.formula} only, which a fuzz example never has; if it is the same root cause, "
+                  f"its scope is narrower than the cause: {rule.reason[:200]}", file=out)
         print(f"  replay:   {f.replay}", file=out)
     explained: dict = {}
     for r in reports:
@@ -270,6 +274,20 @@ def _conclude(adapter, args, reports, dtypes, seconds) -> int:
     if errors:
         return 3
     return 1 if findings else 0
+
+
+def _case_scoped_rules(adapter, finding) -> list:
+    """The adapter's rules for this formula in this dtype that name corpus case IDs only (no formula glob):
+    a fuzz example, whose ID is new, never matches them (they may well be its root cause)."""
+    decl = getattr(adapter, "deviations", None)
+    out = []
+    for rule in getattr(decl, "rules", ()):
+        if rule.dtypes and finding.dtype not in rule.dtypes:
+            continue
+        ids = [g for g in rule.ids if g.startswith(finding.formula + "/")]
+        if ids and not rule.matches_id(finding.case_id, finding.formula):
+            out.append(rule)
+    return out
 
 
 # --save ------------------------------------------------------------------------------------------

@@ -228,7 +228,7 @@ def _trimmed(adapter, f: Finding, dtype: str, device: str) -> Finding:
         return f
     key = (first.outcome, tuple(first.failed_outputs or ()))
     best = first
-    for cut in (_without_row, _without_last_column):
+    for cut in (_without_param, _without_row, _without_last_column):
         k = 0
         while True:
             cand = cut(f.formula, example, k)
@@ -245,6 +245,14 @@ def _trimmed(adapter, f: Finding, dtype: str, device: str) -> Finding:
     return Finding(f.formula, dtype, best.outcome, example["params"], example["inputs"],
                    {k: ff.get(k) for k in ("output", "index", "ref", "bound")} if ff else {}, ff.get("got", ""),
                    best.message.strip()[:2000], best.case_id, f.replay, best.declaration)
+
+
+def _without_param(fid: str, example: dict, k: int):
+    """The example with its k-th parameter back at its default, False past the last one."""
+    names = sorted(example["params"])
+    if k >= len(names):
+        return False
+    return {"params": {n: v for n, v in example["params"].items() if n != names[k]}, "inputs": example["inputs"]}
 
 
 def _without_row(fid: str, example: dict, k: int):

@@ -40,6 +40,11 @@ INT_SPREAD = (0, 1, 2, 3, 4, 8)
 MAX_B, MAX_T = 4, 8
 
 
+def coin(src, n: int = 2) -> bool:
+    """True with probability 1/n; False is the simplest value (what hypothesis shrinks toward)."""
+    return src.integer(0, n - 1) == n - 1
+
+
 def _is_log_space(name: str) -> bool:
     return "log_ratio" in name or name in ("delta", "opsm_delta")
 
@@ -147,7 +152,7 @@ class Plan:
     def draw_params(self, src) -> dict:
         params = {}
         base = {}
-        if self.presets and src.boolean(3):
+        if self.presets and coin(src, 3):
             base = dict(src.choice(self.presets))
         for name, cands in self.candidates.items():
             if name in base and base[name] in cands:
@@ -223,11 +228,11 @@ def batch(src, fid: str, fields: tuple, params: dict, dtype: str) -> dict:
         kw["per_token_advantages"] = True
     lp = tuple(f for f in LOGPROB_FIELDS if f in fields)
     other = tuple(f for f in fields if f not in lp)
-    holes = src.boolean(3)
+    holes = coin(src, 3)
     data = pst.padded_batch(src, other, max_B=MAX_B, max_T=MAX_T, min_B=1, min_T=1, holes=holes, **kw)
     if lp:
         mismatch = src.choice((16, 4, 64))
-        extreme = src.boolean(3)
+        extreme = coin(src, 3)
         data.update(pst.logprob_triple(src, data["mask"], mismatch=mismatch, extreme=extreme, fields=lp,
                                        avoid_kinks=dtype in LOW_PRECISION))
     return {k: data[k] for k in fields}
@@ -271,7 +276,7 @@ def draw(src, plan: Plan, dtype: str) -> dict:
     f = plan.formula
     # int_list parameters that follow the batch (counts per row, micro-batch sizes)
     for p in f.params:
-        if p.kind == "int_list" and p.name in params and src.boolean(3):
+        if p.kind == "int_list" and p.name in params and coin(src, 3):
             v = _derived_list(src, p.name, inputs)
             if v is not None and all(dom.admits(v) for dom in plan.domains.get(p.name, ())):
                 params[p.name] = v
@@ -284,7 +289,7 @@ def draw(src, plan: Plan, dtype: str) -> dict:
     # a log-space bound exactly at a drawn log-ratio (the equality case), either sign
     ratios = _log_ratios(inputs)
     for p in f.params:
-        if p.kind == "real" and _is_log_space(p.name) and ratios and src.boolean(4):
+        if p.kind == "real" and _is_log_space(p.name) and ratios and coin(src, 4):
             x = abs(src.choice(ratios))
             v = -x if (p.name.endswith("_min")) else x
             if _in_range(p, v) and all(dom.admits(v) for dom in plan.domains.get(p.name, ())):
