@@ -239,10 +239,11 @@ def _conclude(adapter, args, reports, dtypes, seconds) -> int:
         if f.declaration:
             print(f"  (matched {f.declaration.get('declaration')} of {f.declaration.get('source')}, which does not "
                   "explain it: see the message)", file=out)
-        for rule in _case_scoped_rules(adapter, f):
-            print(f"  note:     {rule.label} of {rule.source} ({rule.kind}, {rule.cause or 'no cause'}) is declared for "
-                  f"corpus case IDs of {f.formula} only, which a fuzz example never has; if it is the same root cause, "
-                  f"its scope is narrower than the cause: {rule.reason[:200]}", file=out)
+        if f.fits:
+            print(f"  fits:     {f.fits.get('declaration')} of {f.fits.get('source')} ({f.fits.get('kind')}"
+                  f"{', ' + f.fits['cause'] if f.fits.get('cause') else ''}) would explain it, were it declared for "
+                  f"{f.formula} and not for corpus case IDs only: if this is its root cause, its scope is narrower "
+                  f"than the cause ({f.fits.get('reason', '')[:160]})", file=out)
         print(f"  replay:   {f.replay}", file=out)
     explained: dict = {}
     for r in reports:
@@ -262,9 +263,12 @@ def _conclude(adapter, args, reports, dtypes, seconds) -> int:
     unconfirmed = sum(r.unconfirmed for r in reports)
     formulas = len({r.formula for r in reports})
     hit = ", ".join(f"{f.formula} {f.dtype}" for f in findings[:6]) + (" ..." if len(findings) > 6 else "")
+    fitting = sum(1 for f in findings if f.fits)
     print(f"pgspec fuzz {adapter.name}: {formulas} formulas x {len(dtypes)} dtypes, {examples} examples in "
           f"{seconds:.0f} s: {len(findings)} new counterexample{'s' if len(findings) != 1 else ''}"
-          f"{' (' + hit + ')' if hit else ''}; {len(explained)} declared rule{'s' if len(explained) != 1 else ''} hit; "
+          f"{' (' + hit + ')' if hit else ''}"
+          f"{f', {fitting} of them fitting a rule declared for corpus cases only' if fitting else ''}; "
+          f"{len(explained)} declared rule{'s' if len(explained) != 1 else ''} hit; "
           f"{unconfirmed} oracle disagreement{'s' if unconfirmed != 1 else ''} the reference did not confirm"
           + (f"; {len(errors)} not searched (pgspec errors)" if errors else ""), file=out)
     if args.json:
@@ -274,20 +278,6 @@ def _conclude(adapter, args, reports, dtypes, seconds) -> int:
     if errors:
         return 3
     return 1 if findings else 0
-
-
-def _case_scoped_rules(adapter, finding) -> list:
-    """The adapter's rules for this formula in this dtype that name corpus case IDs only (no formula glob):
-    a fuzz example, whose ID is new, never matches them (they may well be its root cause)."""
-    decl = getattr(adapter, "deviations", None)
-    out = []
-    for rule in getattr(decl, "rules", ()):
-        if rule.dtypes and finding.dtype not in rule.dtypes:
-            continue
-        ids = [g for g in rule.ids if g.startswith(finding.formula + "/")]
-        if ids and not rule.matches_id(finding.case_id, finding.formula):
-            out.append(rule)
-    return out
 
 
 # --save ------------------------------------------------------------------------------------------

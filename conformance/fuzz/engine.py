@@ -44,6 +44,9 @@ class Finding:
     case_id: str
     replay: str = ""                  # the command that replays it
     declaration: dict | None = None   # a rule that matched but did not explain it (its message says why)
+    # a rule of the formula declared for corpus case IDs only that would explain it, were it declared
+    # for the formula (the runner's classification, applied as if its IDs matched): maybe its root cause
+    fits: dict | None = None
 
     def to_json(self):
         return asdict(self)
@@ -157,12 +160,13 @@ def fuzz_formula(adapter, fid: str, dtype: str, *, budget: float, seed: int = 0,
         if result.outcome not in ("fail", "error"):
             report.unconfirmed += 1
             return
-        key = f"{result.outcome}:{','.join(result.failed_outputs or [])}"
+        fits = case_scoped_fit(decl, result, dtype, case)
+        key = f"{result.outcome}:{','.join(result.failed_outputs or [])}:{(fits or {}).get('declaration')}"
         ff = result.first_failure or {}
         found[key] = Finding(fid, dtype, result.outcome, example["params"], example["inputs"],
                              {k: ff.get(k) for k in ("output", "index", "ref", "bound")} if ff else {},
                              ff.get("got", ""), result.message.strip()[:2000], result.case_id,
-                             replay_command(spec, fid, dtype, seed), result.declaration)
+                             replay_command(spec, fid, dtype, seed), result.declaration, fits)
         raise _kind(key)(result.message[:200])
 
     @st.composite
@@ -210,6 +214,32 @@ def fuzz_formula(adapter, fid: str, dtype: str, *, budget: float, seed: int = 0,
     return report
 
 
+def case_scoped_rules(decl, formula: str, dtype: str, case_id: str) -> list:
+    """The rules of ``formula`` in ``dtype`` that name corpus case IDs only: a fuzz example, whose ID is
+    new, never matches them."""
+    out = []
+    for rule in getattr(decl, "rules", ()):
+        if rule.dtypes and dtype not in rule.dtypes:
+            continue
+        if any(g.startswith(formula + "/") for g in rule.ids) and not rule.matches_id(case_id, formula):
+            out.append(rule)
+    return out
+
+
+def case_scoped_fit(decl, result, dtype: str, case: dict) -> dict | None:
+    """The first case-scoped rule (``case_scoped_rules``) whose conditions hold and that the runner's
+    classification says explains ``result``, were its IDs the formula's; None when none does."""
+    import copy
+
+    from ..classification import classify
+
+    rules = [r for r in case_scoped_rules(decl, result.formula, dtype, result.case_id) if r.conditions_hold(case)]
+    if not rules:
+        return None
+    trial = classify(copy.copy(result), rules)
+    return trial.declaration if trial.outcome in ("bug", "convention") else None
+
+
 def _verdict(adapter, fid, example, dtype, device):
     try:
         r = judge.confirm(adapter, fid, example, dtype, device)
@@ -244,7 +274,7 @@ def _trimmed(adapter, f: Finding, dtype: str, device: str) -> Finding:
     ff = best.first_failure or {}
     return Finding(f.formula, dtype, best.outcome, example["params"], example["inputs"],
                    {k: ff.get(k) for k in ("output", "index", "ref", "bound")} if ff else {}, ff.get("got", ""),
-                   best.message.strip()[:2000], best.case_id, f.replay, best.declaration)
+                   best.message.strip()[:2000], best.case_id, f.replay, best.declaration, f.fits)
 
 
 def _without_param(fid: str, example: dict, k: int):
