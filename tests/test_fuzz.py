@@ -97,6 +97,22 @@ def test_a_declared_deviation_is_reported_as_its_rule_not_as_new():
     assert plain.findings and not plain.explained
 
 
+def test_a_rule_declared_for_corpus_cases_only_is_named_but_does_not_declare_the_finding():
+    """A rule scoped to corpus case IDs never matches a fuzz example: the finding stays new, and says
+    which rule would explain it were it declared for the formula."""
+    w = wrong_adapters.BY_NAME["bessel-std"]
+    adapter = w.adapter()
+    adapter.deviations = parse({"rule": [{
+        "ids": ["adv.group_normalized/some-corpus-case"], "kind": "bug", "cause": "wrong-formula",
+        "reason": "the test's adapter always takes the Bessel std", "link": "https://example.org/bessel#L1"}]},
+        "test-deviations.toml")
+    report = engine.fuzz_formula(adapter, "adv.group_normalized", "float64", budget=15, seed=0, max_examples=200,
+                                 database=False)
+    assert report.findings and not report.explained
+    assert report.findings[0].fits["declaration"] == "rule 1" and report.findings[0].fits["source"] == \
+        "test-deviations.toml"
+
+
 def test_save_writes_a_case_the_generator_accepts(tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))
     code = main(["fuzz", "--adapter", "wrong_adapters:exp_of_sum", "--formulas", "ratio.sequence_geometric",
