@@ -12,8 +12,8 @@ float64, each formula for at most ``--examples`` examples (seed 0) or ``--second
 first counterexample.  ``golden.load_all`` raises in that process: the fuzzer never reads the golden
 files.  A mutant is *killed* when the fuzzer confirms a counterexample (the runner's ``fail`` or
 ``error`` on the example made a golden record, with the backend's declarations applied) on a formula
-whose fuzz of the unmutated backend (same seed, same cap) finds none; a mutant that crashes on
-import is killed too.
+whose fuzz of the unmutated backend (every formula once, same seed, same cap) finds none; a mutant
+that crashes on import is killed too.
 
 With ``--corpus`` each mutant is also run as mutation_score.py runs it (the golden corpus and the
 property checks), so the two kill rates are over the same mutants.  Output: one line per mutant,
@@ -77,6 +77,8 @@ assert adapter.implementations is not oracle.implementations
 fam = {"is_": "is"}.get(family, family)
 caps = sorted(adapter.capabilities())
 formulas = [f for f in caps if f.startswith(fam + ".")] + [f for f in caps if f.startswith("loss.") and fam != "loss"]
+if index < 0:       # the unmutated backend: every formula once, for every mutant
+    formulas = caps
 for fid in formulas:
     r = engine.fuzz_formula(adapter, fid, "float64", budget=seconds, seed=0, max_examples=examples, database=False)
     out["formulas"] += 1
@@ -105,17 +107,22 @@ def fuzz_worker(family, index, examples, seconds, timeout, memory):
 _BASE: dict = {}
 
 
+def baseline(examples, seconds, timeout, memory) -> dict:
+    """{formula: finding} of the fuzz of the unmutated backend (every formula, the same seed and cap)."""
+    if "found" not in _BASE:
+        base, why = fuzz_worker("loss", -1, examples, seconds, timeout * 4, memory)
+        if base is None:
+            raise SystemExit(f"the unmutated backend's fuzz did not finish: {why}")
+        _BASE["found"] = base["found"]
+        print(f"unmutated backend: {base['formulas']} formulas, {base['examples']} examples, findings: "
+              f"{base['found'] or 'none'} (a formula listed here does not count as a kill)", flush=True)
+    return _BASE["found"]
+
+
 def fuzz_mutant(m, examples, seconds, timeout, memory):
     """('killed' | 'survived' | 'timeout', detail, seconds)."""
+    base = baseline(examples, seconds, timeout, memory)
     t0 = time.perf_counter()
-    if m.family not in _BASE:
-        base, why = fuzz_worker(m.family, -1, examples, seconds, timeout * 4, memory)
-        if base is None:
-            raise SystemExit(f"the unmutated backend's fuzz of {m.family} did not finish: {why}")
-        _BASE[m.family] = base["found"]
-        if base["found"]:
-            print(f"  (unmutated backend: the fuzzer finds {sorted(base['found'])} in {m.family}; those formulas "
-                  "do not count as kills)", flush=True)
     answer, why = fuzz_worker(m.family, m.index, examples, seconds, timeout, memory)
     took = time.perf_counter() - t0
     if answer is None:
@@ -124,7 +131,7 @@ def fuzz_mutant(m, examples, seconds, timeout, memory):
         return "killed", f"the mutant crashed in the harness: {why}", took
     if answer["killed"]:
         return "killed", answer["killed"], took
-    new = {fid: d for fid, d in answer["found"].items() if fid not in _BASE[m.family]}
+    new = {fid: d for fid, d in answer["found"].items() if fid not in base}
     if new:
         fid, d = next(iter(new.items()))
         return "killed", f"{fid}: {d}", took

@@ -218,6 +218,14 @@ def _from_json(d: dict):
     return r
 
 
+def _headline(message: str) -> str:
+    """A result message's one line: a traceback's last line (the exception), else the first."""
+    lines = [x for x in (message or "").splitlines() if x.strip()]
+    if not lines:
+        return ""
+    return lines[-1].strip() if lines[0].startswith("Traceback") else lines[0]
+
+
 def _short(x, limit=600) -> str:
     text = json.dumps(x, default=str)
     return text if len(text) <= limit else text[:limit] + " ..."
@@ -235,7 +243,7 @@ def _conclude(adapter, args, reports, dtypes, seconds) -> int:
             print(f"  expected: {exp.get('output')}{exp.get('index')} = {exp.get('ref')} (bound {exp.get('bound')})",
                   file=out)
             print(f"  got:      {f.got}", file=out)
-        print(f"  message:  {f.message.splitlines()[0] if f.message else ''}", file=out)
+        print(f"  message:  {_headline(f.message)}", file=out)
         if f.declaration:
             print(f"  (matched {f.declaration.get('declaration')} of {f.declaration.get('source')}, which does not "
                   "explain it: see the message)", file=out)
@@ -307,7 +315,7 @@ def case_source(findings: list, adapter_name: str) -> str:
         if f.case_id in seen:     # the same example found in two dtypes: one case serves every dtype
             continue
         seen.add(f.case_id)
-        first = (f.message.splitlines() or [""])[0]
+        first = _headline(f.message)
         desc = (f"found by pgspec fuzz: {adapter_name} ({f.dtype}) {f.outcome}s here; {first}")[:300]
         lines.append(f"        Case({f.case_id!r}, {f.formula!r}, 'edge',")
         lines.append(f"             {desc!r},")
