@@ -180,7 +180,10 @@ def fuzz_formula(adapter, fid: str, dtype: str, *, budget: float, seed: int = 0,
         rnd = 0
         while True:
             n = ROUND if max_examples is None else min(ROUND, max_examples - report.examples)
-            if n <= 0 or (max_examples is None and time.monotonic() - start >= budget) or (stop and stop()):
+            # every (formula, dtype) gets one round, however little of the budget is left
+            out_of_time = rnd > 0 and (time.monotonic() - start >= budget or (stop is not None and stop()))
+            if n <= 0 or (max_examples is None and out_of_time) or (max_examples is not None and rnd > 0 and stop
+                                                                  is not None and stop()):
                 break
 
             @hseed(seed + rnd)
