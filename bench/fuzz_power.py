@@ -147,11 +147,13 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant (default 600)")
     ap.add_argument("--memory-gb", type=float, default=4.0, help="address-space limit per mutant (default 4)")
     ap.add_argument("--corpus", action="store_true", help="also run the corpus on each mutant (mutation_score.py)")
+    ap.add_argument("--start", type=int, default=0,
+                    help="skip the first START mutants of the sample (to split a long run) (default 0)")
     ap.add_argument("--only", action="append", default=[], metavar="KEY",
                     help="only the mutants whose key contains KEY (repeatable)")
     ap.add_argument("--json", type=Path, default=None, help="also write every mutant's outcomes as JSON")
     args = ap.parse_args(argv)
-    chosen = ms.sample(args.mutants, args.seed)
+    chosen = ms.sample(args.mutants, args.seed)[args.start:]
     if args.only:
         chosen = [m for m in chosen if any(k in m.key for k in args.only)]
     equivalents = ms.load_equivalents()
