@@ -229,7 +229,9 @@ def batch(src, fid: str, fields: tuple, params: dict, dtype: str) -> dict:
     lp = tuple(f for f in LOGPROB_FIELDS if f in fields)
     other = tuple(f for f in fields if f not in lp)
     holes = coin(src, 3)
-    data = pst.padded_batch(src, other, max_B=MAX_B, max_T=MAX_T, min_B=1, min_T=1, holes=holes, **kw)
+    # group statistics (adv.*) take no mask: up to 8 sequences, so that groups of 3 and 4 are common
+    max_B = 2 * MAX_B if "mask" not in fields else MAX_B
+    data = pst.padded_batch(src, other, max_B=max_B, max_T=MAX_T, min_B=1, min_T=1, holes=holes, **kw)
     if lp:
         mismatch = src.choice((16, 4, 64))
         extreme = coin(src, 3)
@@ -265,6 +267,10 @@ def _derived_list(src, name: str, inputs: dict):
         return pst.micro_batch_sizes(src, B) if B else None
     if name == "sequence_token_counts":
         return [sum(row) + src.integer(0, 2) for row in mask]
+    if name == "sequence_lengths":       # each row's length: from 1 + its last unmasked position to T
+        T = len(mask[0]) if mask and mask[0] is not None else 0
+        last = [max((t + 1 for t, m in enumerate(row) if m), default=0) for row in mask]
+        return [T - src.integer(0, max(0, T - max(1, lo))) for lo in last] if T else None
     return None
 
 
