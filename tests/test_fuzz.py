@@ -113,6 +113,19 @@ def test_a_rule_declared_for_corpus_cases_only_is_named_but_does_not_declare_the
         "test-deviations.toml"
 
 
+def test_a_rerun_replays_the_counterexample_from_the_example_database(tmp_path, monkeypatch):
+    monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
+    w = wrong_adapters.BY_NAME["bessel-std"]
+    first = engine.fuzz_formula(w.adapter(), "adv.group_normalized", "float64", budget=15, seed=0, max_examples=200)
+    assert first.findings and list((tmp_path / "fuzz").iterdir())
+    # one new example allowed, another seed: only the database's replay can find it
+    again = engine.fuzz_formula(w.adapter(), "adv.group_normalized", "float64", budget=15, seed=7, max_examples=1)
+    assert again.findings and again.findings[0].inputs == first.findings[0].inputs
+    fresh = engine.fuzz_formula(w.adapter(), "adv.group_normalized", "float64", budget=15, seed=7, max_examples=1,
+                                database=False)
+    assert not fresh.findings
+
+
 def test_save_writes_a_case_the_generator_accepts(tmp_path, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))
     code = main(["fuzz", "--adapter", "wrong_adapters:exp_of_sum", "--formulas", "ratio.sequence_geometric",
