@@ -253,7 +253,7 @@ def _verdict(adapter, fid, example, dtype, device):
 
 
 def _trimmed(adapter, f: Finding, dtype: str, device: str) -> Finding:
-    """Hypothesis' shrinker, finished by hand where it stalls: whole rows, then trailing columns,
+    """Hypothesis' shrinker, finished by hand where it stalls: parameters, whole rows, then columns
     removed while the runner still gives the same kind of failure (its outcome and failing outputs)."""
     key = (f.outcome, None)
     example = {"params": f.params, "inputs": f.inputs}
@@ -262,7 +262,7 @@ def _trimmed(adapter, f: Finding, dtype: str, device: str) -> Finding:
         return f
     key = (first.outcome, tuple(first.failed_outputs or ()))
     best = first
-    for cut in (_without_param, _without_row, _without_last_column):
+    for cut in (_without_param, _without_row, _without_column):
         k = 0
         while True:
             cand = cut(f.formula, example, k)
@@ -307,13 +307,15 @@ def _without_row(fid: str, example: dict, k: int):
     return {"params": example["params"], "inputs": out}
 
 
-def _without_last_column(fid: str, example: dict, k: int):
-    """The example without its last token column (k > 0: done), None when that cannot be done."""
+def _without_column(fid: str, example: dict, k: int):
+    """The example without its k-th token column, None when that cannot be done, False past the last."""
     inputs = example["inputs"]
-    if k > 0 or "mask" not in inputs:
+    if "mask" not in inputs:
         return False
     mask = inputs["mask"]
     T = len(mask[0]) if mask else 0
+    if k >= T:
+        return False
     if T <= 1 or any(isinstance(v, list) for v in example["params"].values()):
         return False
     f = REGISTRY[fid]
@@ -322,7 +324,9 @@ def _without_last_column(fid: str, example: dict, k: int):
         shapes = f.input(name).shapes
         per_token = isinstance(v, list) and v and isinstance(v[0], list) and len(v[0]) == T and \
             any(len(s) >= 2 and s[:2] == ("B", "T") for s in shapes)
-        out[name] = [row[:-1] for row in v] if per_token else v
+        if not per_token and name == "document_ids":
+            return None
+        out[name] = [row[:k] + row[k + 1:] for row in v] if per_token else v
     return {"params": example["params"], "inputs": out}
 
 
