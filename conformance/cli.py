@@ -477,7 +477,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the memory the check may use, in GiB: a shape whose estimate exceeds it is refused before "
                         "anything is allocated (default: the memory available, docs/bad-input.md)")
     c.set_defaults(func=_check)
+    from .fuzz.command import add_arguments as fuzz_arguments
+
+    z = command("fuzz")
+    fuzz_arguments(z)
+    z.set_defaults(func=_fuzz)
     return parser
+
+
+def _fuzz(args) -> int:
+    from .fuzz.command import run
+
+    return run(args)
 
 
 def _check(args) -> int:

@@ -121,4 +121,15 @@ examples:
 examples:
   pgspec check --list
   pgspec check --formula loss.grpo --shape 8x4096 --dtype bf16,fp32 --adapter liger"""),
+    "fuzz": dict(
+        help="search an adapter for disagreements the golden corpus does not hold",
+        description="Draw parameters and inputs for each formula the adapter implements (its capabilities, the "
+                    "kinks and\nbounds of every parameter, empty rows, NaN at masked positions), judge the adapter "
+                    "against the\nfloat64 oracle, confirm each disagreement with the mpmath reference and the "
+                    "adapter's declarations,\nand shrink each new one to a minimal example.  Exit 0 when none is "
+                    "found, 1 otherwise, 2 on a\nusage error.  " + DTYPE_NOTE,
+        epilog="""\
+examples:
+  pgspec fuzz --formulas 'kl.*' --budget 1m
+  pgspec fuzz --adapter trl --formulas 'loss.*' --budget 10m -n 2 --save found/   keep what it finds"""),
 }

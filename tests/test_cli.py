@@ -237,7 +237,7 @@ def test_every_option_has_help_that_states_its_default_once():
     assert "(default: None)" not in check and "no default" in check
 
 
-SUBCOMMANDS = ("formulas", "golden", "run", "adapters", "check")
+SUBCOMMANDS = ("formulas", "golden", "run", "adapters", "check", "fuzz")
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)

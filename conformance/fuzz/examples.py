@@ -1,0 +1,371 @@
+"""What `pgspec fuzz` draws: one formula's parameters and inputs, from a ``Source``.
+
+A drawn example is ``{"params": {...}, "inputs": {...}}`` in the golden corpus's form (nested lists of
+bfloat16-exact numbers, junk at masked positions).  Every choice goes through the ``Source``
+(``pgspec.conformance.strategies``), so hypothesis shrinks an example towards the first candidate
+of each choice: a parameter at its default, a small batch, ordinary log-ratios.
+
+Parameters are drawn from candidate lists biased toward what breaks implementations: the default,
+both ends of the spec's range where they are closed, 0 (equality of a clip's two sides at r = 1),
+the values of every framework preset (``conformance/presets``), a spread of ordinary values, and
+null for an optional one; every candidate is inside the formula's range and inside the adapter's
+declared capabilities (its ``[[capability]]`` domains).  A log-space bound (a ``*log_ratio*``
+clamp, OPSM's ``delta``) may be set to exactly one of the drawn tokens' log-ratios, the equality
+case of its comparison.  Inputs: ragged masks (empty rows, one-token rows, holes), NaN and
+infinities at masked positions, log-ratios on a 1/64 grid up to 1 in size with about one token in
+six at +-20 or +-200 (``extreme``), both advantage signs and 0, singleton and identical-reward
+groups.  In bfloat16 and float16 the ordinary log-ratios keep 1/64 away from the common clip bounds
+(``strategies.logprob_triple(avoid_kinks=True)``): there a correct implementation's ratio may round
+to the other side of a bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tomllib
+from functools import lru_cache
+
+from pgspec.reference import REGISTRY
+
+from .. import strategies as pst
+
+LOGPROB_FIELDS = ("logprobs", "old_logprobs", "sampler_logprobs", "ref_logprobs")
+LOW_PRECISION = ("bfloat16", "float16")
+# ordinary values of a real parameter (filtered by its range): bounds of clips, caps, temperatures
+SPREAD = (0.0, 0.1, 0.2, 0.28, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0)
+LOG_SPREAD = (0.015625, 0.125, 0.25, 0.5, 1.0, 2.0, 20.0)   # bf16-exact log-space bounds
+INT_SPREAD = (0, 1, 2, 3, 4, 8)
+MAX_B, MAX_T = 4, 8
+
+
+def coin(src, n: int = 2) -> bool:
+    """True with probability 1/n; False is the simplest value (what hypothesis shrinks toward)."""
+    return src.integer(0, n - 1) == n - 1
+
+
+def _is_log_space(name: str) -> bool:
+    return "log_ratio" in name or name in ("delta", "opsm_delta")
+
+
+@lru_cache(maxsize=None)
+def preset_values() -> dict:
+    """{parameter name: sorted values any framework preset gives it} and {recipe: [params, ...]}."""
+    from ..namemap import PRESETS_DIR
+
+    values: dict = {}
+    recipes: dict = {}
+    for path in sorted(PRESETS_DIR.glob("*.toml")):
+        data = tomllib.loads(path.read_text())
+        for preset in data.get("preset", []):
+            params = {k: (None if v == "null" else v) for k, v in (preset.get("params") or {}).items()}
+            recipes.setdefault(preset.get("recipe"), []).append(params)
+            for k, v in params.items():
+                values.setdefault(k, [])
+                if v not in values[k]:
+                    values[k].append(v)
+    return {"values": values, "recipes": recipes}
+
+
+def _in_range(p, v) -> bool:
+    if v is None:
+        return p.nullable
+    if p.kind == "choice":
+        return v in p.choices
+    if p.kind == "bool":
+        return isinstance(v, bool)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+        return False
+    if p.kind == "int" and not float(v).is_integer():
+        return False
+    if p.lo is not None and (v < p.lo or (p.lo_open and v == p.lo)):
+        return False
+    if p.hi is not None and (v > p.hi or (p.hi_open and v == p.hi)):
+        return False
+    return True
+
+
+class Plan:
+    """The candidates of one formula's parameters for one adapter (its capability domains)."""
+
+    def __init__(self, fid: str, decl=None):
+        self.fid = fid
+        self.formula = f = REGISTRY[fid]
+        domains: dict = {}
+        for d in (decl.capabilities if decl is not None else ()):
+            if any(_fnmatch(fid, g) for g in d.ids):
+                for name, dom in d.params:
+                    domains.setdefault(name, []).append(dom)
+        self.domains = domains
+        pv = preset_values()
+        self.candidates = {}
+        for p in f.params:
+            if p.kind in ("object",):
+                continue
+            cands = self._candidates(p, pv["values"].get(p.name, []))
+            admitted = [v for v in cands if all(dom.admits(v) for dom in domains.get(p.name, ()))]
+            # a domain of listed values: its values are the candidates (in range)
+            for dom in domains.get(p.name, ()):
+                if not dom.interval:
+                    admitted += [v for v in dom.values if v not in admitted and _in_range(p, v)]
+            self.candidates[p.name] = admitted or [p.default]
+        self.presets = [ps for ps in pv["recipes"].get(fid, [])
+                        if all(all(dom.admits(ps[k]) for dom in domains.get(k, ())) for k in ps if k in self.candidates)]
+
+    def _candidates(self, p, presets) -> list:
+        out = [p.default]
+
+        def add(v):
+            if v not in out and _in_range(p, v):
+                out.append(v)
+
+        if p.kind == "choice":
+            for v in p.choices:
+                add(v)
+        elif p.kind == "bool":
+            add(not p.default if isinstance(p.default, bool) else True)
+            add(False)
+        elif p.kind == "int":
+            for v in (p.lo, (p.lo or 0) + 1, *INT_SPREAD):
+                if v is not None:
+                    add(v)
+        elif p.kind == "real":
+            if p.lo is not None and not p.lo_open:
+                add(p.lo)
+            if p.hi is not None and not p.hi_open:
+                add(p.hi)
+            for v in presets:
+                add(v)
+            spread = LOG_SPREAD if _is_log_space(p.name) else SPREAD
+            for v in spread:
+                add(v)
+                if p.name.endswith("_min") or (p.lo is None and p.hi is not None and p.hi <= 0):
+                    add(-v)
+            if p.lo is None and p.hi is None and not p.name.endswith("_min"):
+                for v in spread:
+                    add(-v)
+        if p.nullable:
+            add(None)
+        return out
+
+    def draw_params(self, src) -> dict:
+        params = {}
+        base = {}
+        if self.presets and coin(src, 3):
+            base = dict(src.choice(self.presets))
+        for name, cands in self.candidates.items():
+            if name in base and base[name] in cands:
+                params[name] = base[name]
+            else:
+                params[name] = cands[src.integer(0, len(cands) - 1)] if len(cands) > 1 else cands[0]
+        return params
+
+
+def _fnmatch(name, glob):
+    import fnmatch
+
+    return fnmatch.fnmatchcase(name, glob)
+
+
+def _field_key(f, params: dict) -> str:
+    """What decides which optional inputs an example needs: the choices, and which numbers are 0 or null."""
+    key = {}
+    for p in f.params:
+        v = params.get(p.name, p.default)
+        key[p.name] = v if p.kind in ("choice", "bool") else ("null" if v is None else "zero" if v == 0 else "set")
+    return json.dumps(key, sort_keys=True)
+
+
+@lru_cache(maxsize=4096)
+def _fields(fid: str, key: str, params_json: str) -> tuple | None:
+    """The inputs the reference asks for with these parameters (None: it accepts no input set)."""
+    from pgspec.reference import SpecError, evaluate
+
+    f = REGISTRY[fid]
+    params = json.loads(params_json)
+    fields = [i.name for i in f.inputs if not i.optional]
+    for _ in range(8):
+        ex = batch(pst.SeededSource(1), fid, tuple(fields), params, "float64")
+        try:
+            evaluate(fid, ex, params, dps=15)
+            return tuple(fields)
+        except SpecError as e:
+            msg = str(e)
+            missing = re.search(r"missing input '(\w+)'", msg) or re.search(r"needs the input '(\w+)'", msg)
+            given = re.search(r"input '(\w+)' was given", msg)
+            if missing and missing.group(1) not in fields:
+                fields.append(missing.group(1))
+            elif given and given.group(1) in fields:
+                fields.remove(given.group(1))
+            else:
+                return tuple(fields)    # another problem (a parameter): the oracle rejects the example
+        except Exception:  # noqa: BLE001 - the seeded example's values, not the input set: keep it
+            return tuple(fields)
+    return tuple(fields)
+
+
+def fields_for(fid: str, params: dict) -> tuple:
+    f = REGISTRY[fid]
+    return _fields(fid, _field_key(f, params), json.dumps(params, sort_keys=True))
+
+
+def _adv_shapes(fid):
+    try:
+        return tuple(tuple(s) for s in REGISTRY[fid].input("advantages").shapes)
+    except KeyError:
+        return ()
+
+
+def batch(src, fid: str, fields: tuple, params: dict, dtype: str) -> dict:
+    """The inputs ``fields`` of ``fid``: a ragged padded batch (strategies.padded_batch) whose
+    log-probs come from ``strategies.logprob_triple`` with kinks allowed above bfloat16."""
+    shapes = _adv_shapes(fid)
+    kw = {}
+    if "advantages" in fields and ("B", "T") not in shapes:
+        kw["per_token_advantages"] = False
+    elif "advantages" in fields and ("B",) not in shapes:
+        kw["per_token_advantages"] = True
+    lp = tuple(f for f in LOGPROB_FIELDS if f in fields)
+    other = tuple(f for f in fields if f not in lp)
+    holes = coin(src, 3)
+    # group statistics (adv.*) take no mask: up to 8 sequences, so that groups of 3 and 4 are common
+    max_B = 2 * MAX_B if "mask" not in fields else MAX_B
+    data = pst.padded_batch(src, other, max_B=max_B, max_T=MAX_T, min_B=1, min_T=1, holes=holes, **kw)
+    if lp:
+        mismatch = src.choice((16, 4, 64))
+        extreme = coin(src, 3)
+        data.update(pst.logprob_triple(src, data["mask"], mismatch=mismatch, extreme=extreme, fields=lp,
+                                       avoid_kinks=dtype in LOW_PRECISION))
+    return {k: data[k] for k in fields}
+
+
+def _log_ratios(inputs: dict) -> list:
+    """The drawn tokens' log-ratios between any two log-prob inputs (unmasked tokens)."""
+    mask = inputs.get("mask")
+    names = [n for n in LOGPROB_FIELDS if n in inputs]
+    out = []
+    if mask is None or len(names) < 2:
+        return out
+    for b, row in enumerate(mask):
+        for t, m in enumerate(row):
+            if m:
+                for i, a in enumerate(names):
+                    for c in names[i + 1:]:
+                        x = inputs[a][b][t] - inputs[c][b][t]
+                        if math.isfinite(x) and x != 0 and x not in out:
+                            out.append(x)
+    return out
+
+
+def _derived_list(src, name: str, inputs: dict):
+    mask = inputs.get("mask")
+    if mask is None:
+        return None
+    B = len(mask)
+    if name == "micro_batch_sizes":
+        return pst.micro_batch_sizes(src, B) if B else None
+    if name == "sequence_token_counts":
+        return [sum(row) + src.integer(0, 2) for row in mask]
+    if name == "sequence_lengths":       # each row's length: from 1 + its last unmasked position to T
+        T = len(mask[0]) if mask and mask[0] is not None else 0
+        last = [max((t + 1 for t, m in enumerate(row) if m), default=0) for row in mask]
+        return [T - src.integer(0, max(0, T - max(1, lo))) for lo in last] if T else None
+    return None
+
+
+def draw(src, plan: Plan, dtype: str) -> dict:
+    """One example of ``plan``'s formula: ``{"params", "inputs"}``."""
+    params = plan.draw_params(src)
+    fid = plan.fid
+    inputs = batch(src, fid, fields_for(fid, params), params, dtype)
+    f = plan.formula
+    # int_list parameters that follow the batch (counts per row, micro-batch sizes)
+    for p in f.params:
+        if p.kind == "int_list" and p.name in params and coin(src, 3):
+            v = _derived_list(src, p.name, inputs)
+            if v is not None and all(dom.admits(v) for dom in plan.domains.get(p.name, ())):
+                params[p.name] = v
+    # global counts at or above the batch's own (a count below it is outside the spec)
+    for p in f.params:
+        if p.kind == "int" and p.name.startswith("num_") and params.get(p.name) is not None:
+            v = _derived_count(src, p.name, inputs)
+            if v is not None and all(dom.admits(v) for dom in plan.domains.get(p.name, ())):
+                params[p.name] = v
+    # a log-space bound exactly at a drawn log-ratio (the equality case), either sign
+    ratios = _log_ratios(inputs)
+    for p in f.params:
+        if p.kind == "real" and _is_log_space(p.name) and ratios and coin(src, 4):
+            x = abs(src.choice(ratios))
+            v = -x if (p.name.endswith("_min")) else x
+            if _in_range(p, v) and all(dom.admits(v) for dom in plan.domains.get(p.name, ())):
+                params[p.name] = v
+    _order_bounds(params)
+    return {"params": non_default(fid, params), "inputs": _bf16(inputs, f)}
+
+
+def _bf16(inputs: dict, f) -> dict:
+    """Real inputs rounded to bfloat16 (the strategies' junk 3e38 is not a bfloat16 number): what the
+    adapter gets is what a golden record of the example holds."""
+    import numpy as np
+    import torch
+
+    out = {}
+    for name, value in inputs.items():
+        if f.input(name).kind not in ("bool", "int"):
+            a = np.asarray(value, dtype=np.float64)
+            value = torch.from_numpy(a).to(torch.bfloat16).double().numpy().tolist() if a.size else value
+        out[name] = value
+    return out
+
+
+def _order_bounds(params: dict) -> None:
+    """A lower and an upper bound drawn the wrong way round are swapped (the spec rejects lo > hi)."""
+    pairs = [(k, k[:-4] + "_max") for k in params if k.endswith("_min")] + [("lower", "upper")]
+    for lo_name, hi_name in pairs:
+        lo, hi = params.get(lo_name), params.get(hi_name)
+        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo >= hi:
+            if lo == hi:
+                params[lo_name] = None
+            else:
+                params[lo_name], params[hi_name] = hi, lo
+
+
+def _derived_count(src, name: str, inputs: dict):
+    mask = inputs.get("mask")
+    extra = src.integer(0, 2)
+    if name == "num_sequences":
+        n = len(mask) if mask is not None else len(inputs.get("rewards", []))
+    elif name == "num_tokens" and mask is not None:
+        n = sum(sum(row) for row in mask)
+    elif name == "num_groups" and "group_ids" in inputs:
+        n = len(set(inputs["group_ids"]))
+    elif name == "num_documents" and "document_ids" in inputs:
+        n = len({d for row in inputs["document_ids"] for d in row})
+    else:
+        return None
+    return n + extra
+
+
+_CONFLICT = re.compile(r"(?:parameter )?'(\w+)' (?:applies only to|has no meaning for|must be null)")
+
+
+def repaired(fid: str, example: dict, message: str) -> dict | None:
+    """The example with the parameter that the spec's message says conflicts with another set back to
+    its default (None: no such parameter)."""
+    m = _CONFLICT.search(message)
+    if not m or m.group(1) not in example["params"]:
+        return None
+    params = dict(example["params"])
+    del params[m.group(1)]
+    return {"params": params, "inputs": example["inputs"]}
+
+
+def non_default(fid: str, params: dict) -> dict:
+    """The parameters that differ from the registry's defaults (what a case definition writes)."""
+    defaults = {p.name: p.default for p in REGISTRY[fid].params}
+    return {k: v for k, v in params.items()
+            if k not in defaults or type(v) is not type(defaults[k]) or v != defaults[k]}
+
+
+__all__ = ["Plan", "draw", "fields_for", "batch", "preset_values", "non_default"]

@@ -1,0 +1,179 @@
+"""`pgspec fuzz`: a wrong implementation of each family is found and shrunk, a declared deviation is
+reported as its rule (not as new), ``--save`` writes a case the generator accepts, bad input exits 2,
+and a short seeded fuzz of the built-in backend finds nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pgspec.adapters.base import Adapter
+from pgspec.adapters.torch import is_ as good_is
+from pgspec.adapters.torch import logprob as good_logprob
+from pgspec.adapters.torch import loss as good_loss
+from pgspec.conformance import runner
+from pgspec.conformance.cli import main
+from pgspec.conformance.declarations import parse
+from pgspec.conformance.fuzz import engine
+from pgspec.conformance.golden import generate_case
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import wrong_adapters  # noqa: E402
+
+
+# wrong implementations of the three families wrong_adapters.py has none of: each a regime bug, right
+# at the parameters' defaults and wrong only where a parameter takes another value
+def _is_ignores_c_min(inputs, params):
+    return good_is.IMPLEMENTATIONS["is.token.truncate"](inputs, {**params, "c_min": None})   # BUG: no lower cap
+
+
+def _logprob_ignores_temperature(inputs, params):
+    return good_logprob.IMPLEMENTATIONS["logprob.token"](inputs, {**params, "temperature": 1})   # BUG
+
+
+def _grpo_ignores_is_weight(inputs, params):
+    p = {**params, "is_level": "none"}                   # BUG: the sampler correction dropped
+    for k in ("is_mode", "is_c_min", "is_c_max", "is_log_ratio_clamp"):
+        p.pop(k, None)
+    return good_loss.IMPLEMENTATIONS["loss.grpo"](inputs, p)
+
+
+OWN = {"is.token.truncate": _is_ignores_c_min, "logprob.token": _logprob_ignores_temperature,
+       "loss.grpo": _grpo_ignores_is_weight}
+# one wrong implementation per family: (name, formula, adapter factory)
+WRONG = [(w.name, w.catch_cases or w.formula, w.adapter) for w in wrong_adapters.WRONG_ADAPTERS]
+WRONG += [(f"own-{fid}", fid, lambda fid=fid: Adapter(f"wrong-{fid}", "test", "0", implementations={fid: OWN[fid]}))
+          for fid in OWN]
+
+
+def _size(example_inputs) -> int:
+    """Positions of the example: B x T, or B without a mask."""
+    mask = example_inputs.get("mask")
+    if mask is not None:
+        return sum(len(row) for row in mask)
+    return len(next(iter(example_inputs.values())))
+
+
+def test_every_family_has_a_wrong_implementation_here():
+    families = {fid.split(".")[0] for _, fid, _ in WRONG}
+    assert families == {"mask", "dist", "ratio", "agg", "adv", "kl", "is", "logprob", "loss", "surrogate"}
+
+
+@pytest.mark.parametrize("name,fid,make", WRONG, ids=[w[0] for w in WRONG])
+def test_a_wrong_implementation_is_found_and_shrunk(name, fid, make):
+    adapter = make()
+    report = engine.fuzz_formula(adapter, fid, "float64", budget=15, seed=0, max_examples=400, database=False)
+    assert report.findings, f"{name}: nothing found in {report.examples} examples ({report.invalid} invalid)"
+    f = report.findings[0]
+    assert f.outcome in ("fail", "error") and f.formula == fid
+    # shrunk: a handful of tokens, not the up to 4 x 8 the search draws
+    assert _size(f.inputs) <= 8, (name, f.inputs)
+    # the reported example reproduces through the runner itself
+    from pgspec.conformance.fuzz import judge
+
+    assert judge.confirm(adapter, fid, {"params": f.params, "inputs": f.inputs}, "float64").outcome in ("fail", "error")
+    assert judge.confirm(runner.load_adapter("torch"), fid, {"params": f.params, "inputs": f.inputs},
+                         "float64").outcome == "pass"
+
+
+def test_a_declared_deviation_is_reported_as_its_rule_not_as_new():
+    w = wrong_adapters.BY_NAME["bessel-std"]
+    adapter = w.adapter()
+    adapter.deviations = parse({"rule": [{
+        "ids": ["adv.group_normalized"], "kind": "bug", "cause": "wrong-formula",
+        "reason": "the test's adapter always takes the Bessel std", "link": "https://example.org/bessel#L1"}]},
+        "test-deviations.toml")
+    report = engine.fuzz_formula(adapter, "adv.group_normalized", "float64", budget=15, seed=0, max_examples=200,
+                                 database=False)
+    assert not report.findings, report.findings[0].message
+    assert report.explained and all("rule 1 of test-deviations.toml (bug)" in k for k in report.explained)
+    # and without the rule the same search reports it as new
+    plain = engine.fuzz_formula(w.adapter(), "adv.group_normalized", "float64", budget=15, seed=0, max_examples=200,
+                                database=False)
+    assert plain.findings and not plain.explained
+
+
+def test_a_rule_declared_for_corpus_cases_only_is_named_but_does_not_declare_the_finding():
+    """A rule scoped to corpus case IDs never matches a fuzz example: the finding stays new, and says
+    which rule would explain it were it declared for the formula."""
+    w = wrong_adapters.BY_NAME["bessel-std"]
+    adapter = w.adapter()
+    adapter.deviations = parse({"rule": [{
+        "ids": ["adv.group_normalized/some-corpus-case"], "kind": "bug", "cause": "wrong-formula",
+        "reason": "the test's adapter always takes the Bessel std", "link": "https://example.org/bessel#L1"}]},
+        "test-deviations.toml")
+    report = engine.fuzz_formula(adapter, "adv.group_normalized", "float64", budget=15, seed=0, max_examples=200,
+                                 database=False)
+    assert report.findings and not report.explained
+    assert report.findings[0].fits["declaration"] == "rule 1" and report.findings[0].fits["source"] == \
+        "test-deviations.toml"
+
+
+def test_a_rerun_replays_the_counterexample_from_the_example_database(tmp_path, monkeypatch):
+    monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
+    w = wrong_adapters.BY_NAME["bessel-std"]
+    first = engine.fuzz_formula(w.adapter(), "adv.group_normalized", "float64", budget=15, seed=0, max_examples=200)
+    assert first.findings and list((tmp_path / "fuzz").iterdir())
+    # one new example allowed, another seed: only the database's replay can find it
+    again = engine.fuzz_formula(w.adapter(), "adv.group_normalized", "float64", budget=15, seed=7, max_examples=1)
+    assert again.findings and again.findings[0].inputs == first.findings[0].inputs
+    fresh = engine.fuzz_formula(w.adapter(), "adv.group_normalized", "float64", budget=15, seed=7, max_examples=1,
+                                database=False)
+    assert not fresh.findings
+
+
+def test_save_writes_a_case_the_generator_accepts(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))
+    code = main(["fuzz", "--adapter", "wrong_adapters:exp_of_sum", "--formulas", "ratio.sequence_geometric",
+                 "--dtype", "fp64", "--examples", "200", "--budget", "60s", "--no-database", "--save", str(tmp_path),
+                 "--json", str(tmp_path / "report.json")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "NEW fail: ratio.sequence_geometric (float64)" in out and "replay:   pgspec fuzz" in out
+    (path,) = tmp_path.glob("fuzz_*.py")
+    spec = importlib.util.spec_from_file_location("saved_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cases = module.cases()
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert [c.id for c in cases] == [f["case_id"] for f in doc["reports"][0]["findings"]]
+    for case in cases:
+        case.check()
+        record = generate_case(case)        # the generator computes its golden values
+        loaded = {**record, "family": "ratio"}
+        assert runner.run_case(wrong_adapters.BY_NAME["exp-of-sum"].adapter(), loaded, "float64",
+                               "cpu").outcome == "fail"
+        assert runner.run_case(runner.load_adapter("torch"), loaded, "float64", "cpu").outcome == "pass"
+
+
+def test_the_built_in_backend_passes_a_short_seeded_fuzz(capsys):
+    code = main(["fuzz", "--formulas", "kl.*,adv.*,agg.token_mean,surrogate.ppo_clip,loss.grpo", "--dtype", "fp64",
+                 "--examples", "25", "--seed", "0", "--no-database"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.strip().splitlines()[-1].startswith("pgspec fuzz torch: 12 formulas x 1 dtypes, ")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--adapter", "nosuch"], "unknown adapter 'nosuch'"),
+    (["--formulas", "kll.*"], "'kll.*' matches no formula ID"),
+    (["--dtype", "fp8"], "fp8"),
+    (["--budget", "ten"], "--budget: must be a duration"),
+    (["--budget", "0s"], "--budget: must be a positive duration"),
+    (["-n", "0"], "must be a positive integer"),
+])
+def test_bad_input_exits_2_with_one_clear_line(argv, message, capsys):
+    code = main(["fuzz", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_save_into_a_file_is_a_usage_error(tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("")
+    assert main(["fuzz", "--formulas", "kl.k1", "--save", str(target)]) == 2
+    assert "--save: " in capsys.readouterr().err
