@@ -1,5 +1,5 @@
 """Cost of the float64 log-prob oracle of `pgspec check --formula logprob.token --vocab V`
-(conformance/check_logprob.py) beside the kernel it checks.
+(conformance/check/logprob.py) beside the kernel it checks.
 
     python bench/logprob_oracle_cost.py [--shape 1x256] [--vocab 151936] [--hidden 64] [--repeat 3]
         [--device cpu] [--oracle torch,fused] [--adapter torch] [--dtype bfloat16] [--steps]
@@ -78,7 +78,10 @@ def main() -> int:
 
     import torch
 
-    from pgspec.conformance import check, check_logprob as lp, check_logprob_fused as fused, compare, runner
+    from pgspec.conformance import check
+    from pgspec.conformance.check import logprob as lp, logprob_fused as fused
+    from pgspec.conformance.judge import compare
+    from pgspec.conformance.run import runner
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: no CUDA device is available", file=sys.stderr)

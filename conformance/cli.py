@@ -21,7 +21,7 @@ def _formulas(args) -> int:
     globs = _globs(args.formulas)
     selected = [f for fid, f in sorted(REGISTRY.items()) if any(fnmatch.fnmatchcase(fid, g) for g in globs)]
     if not selected:
-        from .suggest import formula_globs_hint
+        from .base.suggest import formula_globs_hint
 
         print(f"pgspec: no formula matches {args.formulas!r}; known IDs: {', '.join(sorted(REGISTRY))}"
               f"{formula_globs_hint(globs, REGISTRY)}", file=sys.stderr)
@@ -62,7 +62,7 @@ def _formulas(args) -> int:
 
 
 def _golden(args) -> int:
-    from . import golden
+    from .corpus import golden
 
     if args.action == "generate":
         import time
@@ -75,7 +75,7 @@ def _golden(args) -> int:
               f"in {time.perf_counter() - start:.1f} s")
         return 0
     if args.action == "coverage":
-        from . import coverage
+        from .corpus import coverage
 
         return coverage.main()
     import time
@@ -106,7 +106,7 @@ def _golden(args) -> int:
 
 
 def _run(args) -> int:
-    from .gcpause import RunCollector
+    from .base.gcpause import RunCollector
 
     collector = RunCollector()
     try:
@@ -119,9 +119,10 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from . import report, runner
-    from .runner import RunError
-    from .tolerance import parse_dtypes
+    from . import report
+    from .run import runner
+    from .run.runner import RunError
+    from .judge.tolerance import parse_dtypes
 
     console = Console(stderr=True)
     # every argument is checked before anything runs: a mistake costs a second, not a whole run
@@ -144,7 +145,7 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
     if python:
         args.python = python
     if args.python:
-        from .isolated import IsolatedAdapter
+        from .run.isolated import IsolatedAdapter
 
         _say(f"pgspec run: starting the worker ({args.python}); it has {args.startup_timeout:g} s "
              f"(--startup-timeout) to load adapter {args.adapter!r}")
@@ -235,7 +236,7 @@ def _say(message: str) -> None:
 
 def _adapter_call(spec, adapter, method, *args):
     """An adapter's own method, whose crash is the user's adapter's error (one line, exit 2)."""
-    from .runner import RunError, _one_line
+    from .run.runner import RunError, _one_line
 
     try:
         return getattr(adapter, method)(*args)
@@ -249,7 +250,7 @@ def _adapter_call(spec, adapter, method, *args):
 
 def _one_case(adapter, isolated, case, dtype, device):
     """One case's result; whatever goes wrong in it stays in it (the run goes on)."""
-    from . import runner
+    from .run import runner
 
     try:
         if isolated is not None:
@@ -267,7 +268,7 @@ def _case_error_row(adapter, case, dtype, device, e):
 
 
 def _properties(adapter, dtype, device, formulas, spec):
-    from . import runner
+    from .run import runner
 
     try:
         return runner.property_results(adapter, dtype, device, formulas, adapter_spec=spec)
@@ -280,8 +281,8 @@ def _properties(adapter, dtype, device, formulas, spec):
 def _error_row(adapter, device, dtype, case_id, formula, family, category, e):
     import traceback
 
-    from .logs import save
-    from .runner import CaseResult, _one_line
+    from .run.logs import save
+    from .run.runner import CaseResult, _one_line
 
     path = save(traceback.format_exc(), "case-error")
     where = f"; the traceback is saved to {path}" if path else ""
@@ -332,7 +333,7 @@ def _checkout_adapter(args):
     PGSPEC_<NAME>_PYTHON, else this one.  Returns (the interpreter, None) for such an adapter, and
     (None, the adapter loaded to ask, or None when it was not) for the others, so that a built-in
     adapter is loaded once."""
-    from . import runner
+    from .run import runner
 
     if args.source is not None and not os.path.isdir(args.source):
         raise runner.RunError(f"--source: {args.source} is not a directory")
@@ -353,7 +354,7 @@ def _adapters(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from . import runner
+    from .run import runner
 
     table = Table(title="pgspec adapters", box=box.SIMPLE_HEAD)
     table.add_column("name", no_wrap=True, style="bold")
@@ -472,7 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args) -> int:
-    from . import check, check_branches as cb, runner, tolerance
+    from . import check
+    from .check import branches as cb
+    from .run import runner
+    from .judge import tolerance
 
     if args.list:
         print(check.describe_formulas())
@@ -605,13 +609,13 @@ def _main(argv) -> int:
         print(f"pgspec {args.command}: PGSPEC_COMPARE must be 'fast' (the default) or 'exact' (every element compared "
               f"in mpmath, spec/tolerance.md), got {mode!r}", file=sys.stderr)
         return 2
-    from .gcpause import gc_paused
+    from .base.gcpause import gc_paused
 
     with gc_paused():   # the reference and the runner: modules, long-lived, no cycles to collect
-        from .declarations import DeclarationError
-        from .golden import GoldenError
-        from .namemap import PresetError
-        from .runner import RunError
+        from .verdicts.declarations import DeclarationError
+        from .corpus.golden import GoldenError
+        from .corpus.namemap import PresetError
+        from .run.runner import RunError
 
     previous = _handle_sigterm()
     try:
@@ -643,8 +647,8 @@ def _main(argv) -> int:
         # a bug of pgspec: say so, save the traceback
         import traceback
 
-        from .logs import save
-        from .runner import _one_line
+        from .run.logs import save
+        from .run.runner import _one_line
 
         text = traceback.format_exc()
         path = save(f"pgspec {' '.join(sys.argv[1:] if argv is None else map(str, argv))}\n\n{text}", "internal-error")

@@ -14,7 +14,11 @@ import pytest
 import torch
 
 from pgspec.adapters.base import Adapter
-from pgspec.conformance import check, check_logprob, compare, golden, runner
+from pgspec.conformance import check
+from pgspec.conformance.check import logprob as check_logprob
+from pgspec.conformance.judge import compare
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import runner
 from pgspec.reference import REGISTRY, evaluate
 
 
@@ -565,7 +569,7 @@ def test_float_bits_counts_significant_bits():
 def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeypatch):
     """Bands that straddle a kink leave tokens near it after every redraw: the check refuses, naming the
     clamps, rather than judge a branch that rounding decides."""
-    monkeypatch.setattr(check, "_bands_around", lambda kinks: [[(kinks[0] - 0.01, 0.02)]])
+    monkeypatch.setattr(check.core, "_bands_around", lambda kinks: [[(kinks[0] - 0.01, 0.02)]])
     with pytest.raises(check.CheckError, match=r"KL clamps kl_output_max=0.3 leave no room .* within 0.15 of a kink"):
         check.check_inputs("loss.grpo", 2, 64, 1, {"kl_estimator": "k1", "kl_output_max": 0.3})
 
@@ -635,7 +639,7 @@ def _never_clips_declaring(text):
     """loss.bnpo that ignores the clip, with the declarations ``text`` (TOML)."""
     import tomllib
 
-    from pgspec.conformance.declarations import parse
+    from pgspec.conformance.verdicts.declarations import parse
 
     torch_adapter = runner.load_adapter("torch")
 
@@ -697,7 +701,7 @@ def test_a_kernel_that_never_clips_is_caught(monkeypatch):
     res = check.run_check(adapter, "loss.bnpo", 4, 2048, "float32")
     assert res.outcome == "fail" and res.outputs[1].failures > 2048, res.message
     assert check.run_check(torch_adapter, "loss.bnpo", 4, 2048, "float32").outcome == "pass"
-    monkeypatch.setattr(check, "check_inputs", lambda formula, B, T, seed, params, sampler=False: check.seeded_inputs(formula, B, T, seed))
+    monkeypatch.setattr(check.core, "check_inputs", lambda formula, B, T, seed, params, sampler=False: check.seeded_inputs(formula, B, T, seed))
     assert check.run_check(adapter, "loss.bnpo", 4, 2048, "float32").outcome == "pass"
 
 
@@ -756,7 +760,7 @@ def test_torch_backend_passes_on_cuda():  # pragma: no cover - CI has no GPU
 # ------------------------------------------------------------------------------------------------
 # logprob.token at production vocabulary size (check_logprob.py)
 # ------------------------------------------------------------------------------------------------
-from pgspec.conformance import check_logprob  # noqa: E402
+from pgspec.conformance.check import logprob as check_logprob  # noqa: E402
 
 
 def _logprob_cases():
@@ -833,7 +837,7 @@ def test_logprob_check_passes_the_torch_backend_and_catches_a_perturbed_one():
 def test_a_head_that_declines_is_unsupported_and_one_that_crashes_is_an_error():
     """A head raising properties.Unsupported (parameters the framework has no setting for) gives the
     outcome "unsupported" with its reason; any other exception is the adapter's crash, "error"."""
-    from pgspec.conformance.properties import Unsupported
+    from pgspec.adapters.base import Unsupported
 
     def declines(hidden, weight, targets, mask, params):
         raise Unsupported("no logit_scale here")
@@ -1037,7 +1041,7 @@ def test_several_dtypes_share_one_oracle_and_give_each_dtypes_own_result(formula
     alone = [check.run_check(adapter, formula, 3, 64, d, **kw) for d in dtypes]
     assert [r.outcome for r in alone] == ["pass", "fail", "unsupported", "pass"]
     calls = []
-    for module, name in ((check, "oracle"), (check_logprob, "oracle_chunks")):
+    for module, name in ((check.core, "oracle"), (check_logprob, "oracle_chunks")):
         fn = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _fn=fn, _n=name, **k: (calls.append(_n), _fn(*a, **k))[1])
     together = check.run_checks(adapter, formula, 3, 64, dtypes, **kw)

@@ -1,4 +1,4 @@
-"""`pgspec check --formula loss.grpo --vocab V` (conformance/check_head_loss.py): the composite oracle
+"""`pgspec check --formula loss.grpo --vocab V` (conformance/check/head_loss.py): the composite oracle
 against reference._ad on the same composite, and the check on heads built from the torch backend."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from pgspec.adapters.base import Adapter
-from pgspec.conformance import check, check_head_loss, check_logprob, runner
+from pgspec.conformance import check
+from pgspec.conformance.check import head_loss as check_head_loss, logprob as check_logprob
+from pgspec.conformance.run import runner
 from pgspec.reference import REGISTRY
 
 

@@ -1,4 +1,4 @@
-"""The vectorized comparison core (conformance/compare.py) decides every element exactly as the
+"""The vectorized comparison core (conformance/judge/compare.py) decides every element exactly as the
 exact comparison (tolerance.compare, mpmath) does, and reports the same worst error ratio and
 first failure: over the golden corpus for the torch backend and the deliberately wrong adapters,
 and on elements built to sit at the bound (where the fast path must fall back)."""
@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from mpmath import mp, mpf
 
-from pgspec.conformance import compare, golden, runner, tolerance
+from pgspec.conformance.judge import compare, tolerance
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import runner
 from pgspec.reference import REGISTRY
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
@@ -258,7 +260,7 @@ def test_the_largest_ratio_deferred_is_the_largest_worst_ratio(dtype, n):
 def test_property_results_are_identical_in_both_modes():
     """The property checks (their outcomes, messages and largest error ratios) in fast mode, where
     each check's largest ratio is evaluated once at the end, equal those in exact mode."""
-    from pgspec.conformance import properties
+    from pgspec.conformance.run import properties
 
     adapters = [runner.load_adapter("torch")] + [w.adapter() for w in wrong_adapters.WRONG_ADAPTERS]
     for a in adapters:

@@ -9,9 +9,9 @@ import json
 
 from mpmath import mp, mpf
 
-from pgspec.conformance import golden
-from pgspec.conformance.cases import all_cases
-from pgspec.conformance.properties import _common as C
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.corpus.cases import all_cases
+from pgspec.conformance.run.properties import _common as C
 
 
 def test_reference_results_round_trip_exactly(tmp_path, monkeypatch):
@@ -73,7 +73,7 @@ def test_a_damaged_reference_entry_is_evaluated_again(tmp_path, monkeypatch):
 
 
 def test_a_damaged_prepared_golden_file_is_prepared_again(tmp_path, monkeypatch):
-    from pgspec.conformance import compare
+    from pgspec.conformance.judge import compare
 
     monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
     monkeypatch.setattr(compare, "_FAMILIES", {})

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from mpmath import mp, mpf
 
-from pgspec.conformance import compare, golden, runner, tolerance
+from pgspec.conformance.judge import compare, tolerance
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import runner
 
 
 def test_case_arrays_hold_the_case_inputs_for_every_case():
@@ -182,7 +184,7 @@ def test_property_result_json_is_what_asdict_gives():
     import dataclasses
     import math
 
-    from pgspec.conformance.properties import PropertyResult
+    from pgspec.conformance.run.properties import PropertyResult
 
     failing = PropertyResult("prop.clamp", "kl.k3", "float32", "cpu", "fail", message="m",
                              example={"inputs": {"x": [[1.0, "nan"]]}, "params": {"c": 2}}, repro="r",

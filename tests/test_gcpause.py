@@ -8,9 +8,10 @@ import gc
 import pytest
 from mpmath import mp, mpf
 
-from pgspec.conformance import compare, golden
-from pgspec.conformance.gcpause import gc_paused
-from pgspec.conformance.properties import _common as C
+from pgspec.conformance.judge import compare
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.base.gcpause import gc_paused
+from pgspec.conformance.run.properties import _common as C
 
 
 def test_paused_inside_and_resumed_after_an_exception():

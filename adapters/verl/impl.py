@@ -30,7 +30,7 @@ INF = float("inf")
 
 
 try:  # a property example outside verl's domain is then reported "unsupported", not an error
-    from pgspec.conformance.properties import Unsupported as _Unsupported
+    from pgspec.adapters.base import Unsupported as _Unsupported
 except ImportError:  # pragma: no cover - the conformance package is always installed with pgspec
     _Unsupported = Exception
 

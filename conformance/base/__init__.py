@@ -1,0 +1,1 @@
+"""pgspec.conformance.base (see docs/architecture.md)."""

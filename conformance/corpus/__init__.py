@@ -1,0 +1,1 @@
+"""pgspec.conformance.corpus (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""pgspec.conformance.judge (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""pgspec.conformance.run (see docs/architecture.md)."""
