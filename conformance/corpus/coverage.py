@@ -176,8 +176,8 @@ def case_rows(case: dict) -> list[tuple[str, str, bool]]:
     """(parameter, side, binds) for every bounding parameter the case sets (non-null)."""
     from pgspec.reference import REGISTRY
 
-    from ..verdicts.declarations import resolved_params
-    from ..run.runner import case_inputs
+    from .inputs import resolved_params
+    from .inputs import case_inputs
 
     fid = case["formula"]
     params = resolved_params(case)
@@ -393,7 +393,7 @@ def error_coverage(cases=None) -> tuple[dict, list[str]]:
     from pgspec.reference import SpecError
 
     from . import golden
-    from ..run.runner import case_inputs
+    from .inputs import case_inputs
 
     cases = golden.load_all() if cases is None else cases
     sites = error_sites()

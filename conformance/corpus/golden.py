@@ -20,7 +20,8 @@ from mpmath import mp, mpf
 
 from pgspec.reference import REGISTRY, evaluate
 
-from .cases import Case, Generated, all_cases
+from .cases.case import Case, Generated
+from .cases import all_cases
 from .generator import SplitMix64, generate_inputs
 from ..base.gcpause import gc_paused
 

@@ -160,7 +160,7 @@ def float16_inexact(case: dict) -> str:
     float16's: a value beyond 65504 becomes inf, and one below float16's subnormals loses
     precision or becomes 0.  Such a case is not applicable to a float16 run (positions where the
     mask is false are not read by any formula and are not checked)."""
-    from .runner import case_inputs
+    from ..corpus.inputs import case_inputs
 
     import numpy as np
 

@@ -15,12 +15,12 @@ import math
 import traceback
 import copy
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
 
 from pgspec.reference import REGISTRY
 
 from ..judge import compare
 from ..corpus import golden
+from ..corpus.inputs import case_inputs  # noqa: F401 - re-exported (tests, benches)
 from ..verdicts.classification import (BAD_OUTCOMES, OUTCOMES, VALIDATION_OUTCOMES, _failed_keys, classify,  # noqa: F401
                                        is_validation)
 from .loading import (ADAPTER_ATTRIBUTES, BUILTIN_ADAPTERS, LOADED_AS, TORCH_MISSING, RunError,  # noqa: F401
@@ -125,15 +125,6 @@ def select_cases(formulas: str = "*", problems: list | None = None) -> list[dict
         raise RunError(f"--formulas: {', '.join(repr(g) for g in dead)} matches no formula or case ID (the others "
                        f"do){formula_globs_hint(dead, REGISTRY)}")
     return chosen
-
-
-@lru_cache(maxsize=64)
-def _inputs_cached(key: str):
-    return golden.case_inputs(json.loads(key))
-
-
-def case_inputs(case: dict) -> dict:
-    return _inputs_cached(json.dumps({"formula": case["formula"], "inputs": case["inputs"]}, sort_keys=True))
 
 
 # A run calls every case once per dtype: its inputs are built once, as numpy arrays (float64 reals,

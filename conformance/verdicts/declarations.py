@@ -16,6 +16,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..corpus.inputs import resolved_params  # noqa: F401 - re-exported
+
 TABLES = ("unsupported", "capability", "rule", "check")
 KINDS = ("bug", "convention")
 EXPECTS = ("mismatch", "error")
@@ -259,16 +261,6 @@ class Declaration:
         if self.cause:
             out["cause"] = self.cause
         return out
-
-
-def resolved_params(case: dict) -> dict:
-    """The case's parameters with the registry defaults filled in."""
-    from pgspec.reference import REGISTRY
-
-    f = REGISTRY[case["formula"]]
-    out = {p.name: p.default for p in f.params}
-    out.update(case.get("params") or {})
-    return out
 
 
 _PRED_CACHE: dict = {}

@@ -16,7 +16,7 @@ def inputs_of(case: dict) -> dict:
     values = case.get("$input_values")      # a production-size check's inputs, decoded (conformance/check/)
     if values is not None:
         return values
-    from ..run.runner import case_inputs
+    from ..corpus.inputs import case_inputs
 
     return case_inputs(case)
 
@@ -139,7 +139,7 @@ def predicates() -> dict:
 
 
 def _params(case: dict) -> dict:
-    from .declarations import resolved_params
+    from ..corpus.inputs import resolved_params
 
     return resolved_params(case)
 
@@ -214,7 +214,7 @@ def prompt_mean_over_groups(case: dict) -> bool:
     """The parameter ``aggregation`` is ``prompt_mean`` and more than one prompt group (value of
     ``group_ids``) holds an unmasked token (with one such group the prompt mean is the pooled token
     mean)."""
-    from .declarations import resolved_params
+    from ..corpus.inputs import resolved_params
 
     if resolved_params(case).get("aggregation") != "prompt_mean":
         return False
@@ -247,7 +247,7 @@ def group_sizes_differ(case: dict) -> bool:
 def c_max_at_most_one(case: dict) -> bool:
     """The parameter ``c_max`` (``is_c_max`` of a loss recipe) is a number <= 1: a ratio band whose
     upper bound does not exceed 1."""
-    from .declarations import resolved_params
+    from ..corpus.inputs import resolved_params
 
     p = resolved_params(case)
     for name in ("c_max", "is_c_max"):

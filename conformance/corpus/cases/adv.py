@@ -6,7 +6,7 @@ is exactly representable in bfloat16 (0, 1, 0.5, -1, 0.25, 2^-20, ...).
 
 from __future__ import annotations
 
-from . import Case, Generated
+from .case import Case, Generated
 from ..generator import SplitMix64, generate_inputs
 
 GRPO_LINK = "https://arxiv.org/abs/2402.03300"

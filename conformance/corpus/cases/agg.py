@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import Case, Generated, random_inputs
+from .case import Case, Generated, random_inputs
 
 # the spec's worked-example batch: 3 unmasked tokens, lengths 2 and 1
 V = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import Case, random_inputs
+from .case import Case, random_inputs
 
 # the spec's CP example: 12 positions, the first 4 (the prompt) masked
 MASK12 = [[t >= 4 for t in range(12)]]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from pgspec.reference import REGISTRY
 
-from . import Case
+from .case import Case
 
 ORDERED_PAIRS = (("log_ratio_min", "log_ratio_max"), ("output_min", "output_max"), ("c_min", "c_max"),
                  ("lower", "upper"), ("kl_log_ratio_min", "kl_log_ratio_max"), ("kl_output_min", "kl_output_max"))

@@ -9,7 +9,7 @@ float32 decide as the reference does, bfloat16 rounds onto the bound and cannot)
 
 from __future__ import annotations
 
-from . import Case, Generated, random_inputs
+from .case import Case, Generated, random_inputs
 
 FIELDS = ("old_logprobs", "sampler_logprobs", "mask")
 

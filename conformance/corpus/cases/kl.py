@@ -7,7 +7,7 @@ lambda = l - l_ref >= -10 is log_ratio_max = 10 here).
 
 from __future__ import annotations
 
-from . import Case, random_inputs
+from .case import Case, random_inputs
 
 IDS = ("kl.k1", "kl.k2", "kl.k3", "kl.abs", "kl.k3_straight_through", "kl.k3_unbiased")
 

@@ -7,7 +7,7 @@ logit is exactly representable in bfloat16; targets at masked positions are arbi
 
 from __future__ import annotations
 
-from . import Case
+from .case import Case
 from ..generator import SplitMix64
 
 IDS = ("logprob.token", "logprob.entropy")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pgspec.reference import REGISTRY
 
-from . import Case, Generated, random_inputs
+from .case import Case, Generated, random_inputs
 
 IDS = ("loss.grpo", "loss.dapo", "loss.dr_grpo", "loss.bnpo", "loss.gspo", "loss.cispo", "loss.sapo", "loss.gmpo",
        "loss.luspo", "loss.vespo", "loss.minirl")

@@ -8,7 +8,7 @@ bfloat16 rounding of the bound: float64 and float32 decide as the reference does
 
 from __future__ import annotations
 
-from . import Case, random_inputs
+from .case import Case, random_inputs
 from .is_ import _coarse_random
 
 GEO = "mask.geometric_sequence"

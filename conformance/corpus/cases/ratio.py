@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import Case, Generated, random_inputs
+from .case import Case, Generated, random_inputs
 
 LP = [[-1.0, -2.5, -0.375, -4.0], [-0.5, -3.0, -1.25, -2.0]]
 OLD = [[-1.25, -2.0, -0.5, -3.5], [-0.5, -2.75, -1.0, -2.5]]

@@ -7,7 +7,7 @@ Every loss is the negated objective; the clip parameters default as the referenc
 
 from __future__ import annotations
 
-from . import Case, Generated, random_inputs
+from .case import Case, Generated, random_inputs
 
 TOKEN_IDS = ("surrogate.pg", "surrogate.ppo_clip", "surrogate.dual_clip", "surrogate.trl_delta",
              "surrogate.cispo", "surrogate.sapo")
