@@ -9,7 +9,7 @@ runs them in Liger's environment (ci/install-liger.sh VENV --triton; ci/conforma
 Agreement, per output (both oracles on the same float64 inputs):
 
 - log-probs and the gradient dl/dX: |fused - torch| <= 2 K u64 S, with S the torch oracle's scale (E(l),
-  S(dl/dX)) and K = tolerance.K["logprob"].  The judge (check._Judge) grants the oracle K u64 S: each float64
+  S(dl/dX)) and K = tolerance.K["logprob"].  The judge (check.judging.ChunkJudge) grants the oracle K u64 S: each float64
   evaluation is within that of the exact value, so two are within twice that of each other.
 - the scales E(l), S(dl/dX) and the path sum P: relative difference <= 2 (V + 16) u64.  Every scale is a sum
   of nonnegative terms (no cancellation: E of each node, path sums of |derivatives|) and both oracles form each
@@ -142,8 +142,8 @@ for name, (B, T, V, H, seed, ragged, params, blocks) in json.loads(sys.argv[1]).
         out["drop-last-tile"] = measure(arrays, params, blocks, stop=V - 60)     # 640: the last tile left out
         out["drop-all-but-one-tile"] = measure(arrays, params, blocks, stop=64)
         # bench/logprob_oracle_cost.py --compare (the check the GPU runs on its compiled kernels)
-        out["agreement"] = [fused.agreement(arrays, params, block_m=32, block_v=64)["ok"],
-                            fused.agreement(arrays, params, block_m=32, block_v=64, _vocab_stop=V - 60)["ok"]]
+        out["agreement"] = [lp.agreement(arrays, params, block_m=32, block_v=64)["ok"],
+                            lp.agreement(arrays, params, block_m=32, block_v=64, _vocab_stop=V - 60)["ok"]]
 print(json.dumps(out))
 """
 
@@ -392,7 +392,7 @@ def test_checks_on_the_fused_oracle_pass_a_correct_kernel_and_fail_one_that_drop
 
 def test_oracle_choice(monkeypatch):
     from pgspec.conformance.check import logprob_fused as fused
-    from pgspec.conformance.check.core import CheckError
+    from pgspec.conformance.check.common import CheckError
 
     monkeypatch.delenv(fused.ENV, raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)

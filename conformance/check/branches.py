@@ -1,7 +1,7 @@
 """Which branches a `pgspec check` judges: each decision of the formula, and how many of the check's
 tokens or rows take each side of it.
 
-A check judges only the branches its inputs reach.  The draw (check.py) puts every token or row off
+A check judges only the branches its inputs reach.  The draw (draws.py) puts every token or row off
 the kinks and spreads them over the sides of each, but a small batch may still leave a side empty:
 with 8 rows, OPSM may drop none of them, and then a kernel that never drops a row passes.  So a
 check reports, with its outcome, the count on each side of each decision, and names the sides no
@@ -9,7 +9,7 @@ token or row takes ("not judged").
 
 ``branches(formula, arrays, params)`` counts them on the check's float64 inputs, which the draw puts
 at least 0.05 (mostly 0.15) from every kink: every dtype takes the same sides.  The decisions are
-the reference's (spec/), as the oracle reads them (check.py):
+the reference's (spec/), as the oracle reads them (terms.py, scales.py):
 
 - a PPO loss's ratio r = exp(l - l_old) against [1 - eps_low, 1 + eps_high] (tokens; GSPO's and
   sequence-level LUSPO's mean log-ratio per row, with GSPO's cap on it), and whether the term takes
@@ -66,7 +66,7 @@ def unreached(found: list) -> list:
 def branches(formula: str, arrays: dict, params: dict) -> list[Branch]:
     """The decisions of ``formula`` under ``params`` (with the formula's defaults) on a check's float64
     ``arrays`` (check.check_inputs), with the count of tokens or rows on each side."""
-    from .core import _sequence_level
+    from .draws import sequence_level as _sequence_level
 
     if not formula.startswith("loss."):
         return []
@@ -196,7 +196,7 @@ _IS_SIDE = ("clamped at -c", "clamped at +c", "below is_c_min", "above is_c_max"
 
 
 def _is(old, sampler, mask, rows, p) -> Branch:
-    from .core import _is_branch
+    from .draws import is_branch as _is_branch
 
     u = np.where(mask, old - sampler, 0.0)
     where = mask
@@ -219,7 +219,7 @@ def _is(old, sampler, mask, rows, p) -> Branch:
 def _opsm(l, sampler, mask, adv, p) -> Branch:
     import torch
 
-    from .core import opsm_keep
+    from .terms import opsm_keep
 
     t = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in (("l", l), ("s", sampler), ("m", mask), ("a", adv))}
     keep = opsm_keep(t["l"], t["s"], t["a"], t["m"], p).numpy()
@@ -234,7 +234,7 @@ def _opsm(l, sampler, mask, adv, p) -> Branch:
 def _entropy(entropy, mask, rho) -> Branch:
     import torch
 
-    from .core import entropy_keep
+    from .terms import entropy_keep
 
     keep = entropy_keep(torch.from_numpy(entropy), torch.from_numpy(mask), rho).numpy()
     return _sides("entropy mask", "tokens", mask, kept=keep, dropped=~keep)
@@ -245,7 +245,7 @@ _KL_SIDE = ("x below kl_log_ratio_min", "x above kl_log_ratio_max", "estimate be
 
 
 def _kl(l, old, ref, mask, p) -> Branch:
-    from .core import _kl_branch
+    from .draws import kl_branch as _kl_branch
 
     w = np.exp(l - old) if p["kl_estimator"] == "k3_unbiased" else 1.0
     code = _kl_branch(np.where(mask, ref - l, 0.0), w, p)

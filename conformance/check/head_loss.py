@@ -13,10 +13,10 @@ other inputs:
 - advantages per sequence as ``check.seeded_inputs`` draws them for the loss (the same seed);
 - old log-probs around the policy's: old = fp32(l - rho) at unmasked positions (0 elsewhere), l the
   oracle's float64 log-probs and rho, the log-ratio, drawn by ``check.draw_log_ratios`` (for CISPO
-  about where it truncates its weight, ``check._kinks``): with equal
+  about where it truncates its weight, ``draws.clip_kinks``): with equal
   chance from a band of width 0.1 at 0.25 to 0.35 below log(1 - eps_low), one around the middle of
   the clip range (narrowed to keep 0.15 from either end, or its midpoint), and one at 0.25 to 0.35
-  above log(1 + eps_high) (with a log-ratio clamp c, away from +-c too; see check.py for narrow or
+  above log(1 + eps_high) (with a log-ratio clamp c, away from +-c too; see draws.py for narrow or
   one-sided clip ranges).  So a third of the tokens is clipped on either side and a third is not, and
   no ratio lies near a kink of the clip: a kernel's error in l (a few hundredths in bfloat16, whose
   logits are rounded) cannot flip a branch, which no tolerance could judge.  A sequence-level loss
@@ -35,9 +35,9 @@ other inputs:
 The oracle is the composite l -> the loss (with its KL term where beta > 0) in float64: the log-probs,
 E(l), the gradient of l with respect to X and its scales come from ``check_logprob.oracle_chunks``;
 the loss and dloss/dl from the built-in torch backend on l; the loss's scales follow the
-reference's nodes as ``check.oracle_scales`` does for the loss (``check._ppo_terms`` or
-``check._cispo_terms``, ``check._gspo_terms``, ``check._sapo_terms``, ``check._kl_terms`` and
-``check._aggregate_scales``), with two changes that make l an inner node of one graph instead of an
+reference's nodes as ``check.oracle_scales`` does for the loss (``terms.ppo_terms`` or
+``terms.cispo_terms``, ``terms.gspo_terms``, ``terms.sapo_terms``, ``terms.kl_penalty_terms`` and
+``scales.aggregate_scales``), with two changes that make l an inner node of one graph instead of an
 exact input (``oracle_scales(El=..., split=True)``):
 
 - forward: each token's term node adds |dx/dl| E(l) to its error (E(n) = rounding(n) + sum over
@@ -98,10 +98,10 @@ def old_logprobs_for(formula: str, lp: np.ndarray, mask: np.ndarray, adv: np.nda
     """The old log-probs of a check of ``formula`` around the oracle's log-probs ``lp`` (float64 arrays,
     exact in float32), as ``check.old_logprobs_for`` draws them, per token rounded to float32
     (``old_logprobs``)."""
-    from .. import check
+    from . import draws
 
-    return check.old_logprobs_for(formula, lp, mask, adv, seed, params,
-                                  per_token=lambda l, m, s, p: old_logprobs(l, m, s, *check._kinks(p)))
+    return draws.old_logprobs_for(formula, lp, mask, adv, seed, params,
+                                  per_token=lambda l, m, s, p: old_logprobs(l, m, s, *draws.clip_kinks(p)))
 
 
 def old_logprobs(lp: np.ndarray, mask: np.ndarray, seed: int, eps_low: float, eps_high: float,
@@ -109,7 +109,7 @@ def old_logprobs(lp: np.ndarray, mask: np.ndarray, seed: int, eps_low: float, ep
     """fp32(l - rho) where the mask holds, 0 elsewhere (float64 array, exact in float32): rho from the
     bands of ``check.draw_log_ratios`` around the clip's log-bounds log(1 - eps_low), log(1 + eps_high)
     (and away from +-clamp, the log-ratio clamp)."""
-    from .core import draw_log_ratios
+    from .draws import draw_log_ratios
 
     rho = draw_log_ratios(lp.shape, seed, eps_low, eps_high, clamp)
     return np.where(mask, lp - rho, 0.0).astype(np.float32).astype(np.float64)
@@ -119,16 +119,16 @@ def loss_oracle(formula, lp, El, old, adv, mask, params: dict, chunk: int = 8, r
     """(loss, dloss/dl [B, T], E(loss), A_l [B, T], C_l [B, T]) of ``formula`` on float64 log-probs
     ``lp`` [B, T] with forward errors ``El`` [B, T] (tensors on one device; ``ref``: the KL term's
     reference log-probs, where beta > 0; ``sampler``: the sampler's log-probs VESPO folds into phi)."""
-    from .. import check
     from ..judge import compare
     from ..run import runner
+    from .scales import oracle_scales
 
     torch_adapter = runner.load_adapter("torch")
     l = lp.detach().clone().requires_grad_(True)
     tensors = {"logprobs": l, "old_logprobs": old, "advantages": adv, "mask": mask,
                **({} if ref is None else {"ref_logprobs": ref}), **({} if sampler is None else {"sampler_logprobs": sampler})}
     out, grads = compare.call(torch_adapter, formula, tensors, params)
-    sc = check.oracle_scales(formula, tensors, params, chunk, El=El, split=True)
+    sc = oracle_scales(formula, tensors, params, chunk, El=El, split=True)
     S_l, A_l = sc["grad.logprobs"], sc["A.logprobs"]
     return out["loss"].detach(), grads["logprobs"].detach(), sc["loss"], A_l, S_l - A_l
 
@@ -167,14 +167,14 @@ def oracle(arrays: dict, adv, params: dict, device: str = "cpu", seed: int = 0, 
     ref_t = None
     if float(params.get("beta") or 0):
         if ref is None:
-            from .core import ref_logprobs_spread
+            from .draws import ref_logprobs_spread
 
             ref = ref_logprobs_spread(lp_all.reshape(B, T).cpu().numpy(), arrays["mask"], seed, params, old)
         ref_t = torch.as_tensor(ref, dtype=torch.float64, device=device)
     sampler_t = None
     if sampler is not None:
         if sampler is True:
-            from .core import sampler_logprobs_for_vespo
+            from .draws import sampler_logprobs_for_vespo
 
             sampler = sampler_logprobs_for_vespo(lp_all.reshape(B, T).cpu().numpy(), np.asarray(old), arrays["mask"],
                                                  seed)

@@ -56,7 +56,7 @@ def seeded_head(B: int, T: int, V: int, H: int = DEFAULT_HIDDEN, seed: int = 0, 
         raise ValueError(f"--vocab must be >= 2, got {V}")
     if not 1 <= H <= 2 ** 19:
         raise ValueError(f"--hidden must be in [1, 2^19] (exact logits), got {H}")
-    from .core import pcg64
+    from .draws import pcg64
 
     rng = pcg64(seed)
     hidden = (rng.integers(-16, 17, size=(B, T, H), dtype=np.int8).astype(np.float32)) / 16
@@ -240,7 +240,7 @@ def oracle_chunks(arrays: dict, params: dict, device: str = "cpu", chunk_tokens:
 
 def check_params(params: dict) -> dict:
     """logprob.token's parameters the head oracle covers: temperature > 0, logit_scale > 0, softcap null."""
-    from .core import CheckError
+    from .common import CheckError
 
     p = {"temperature": 1, "logit_scale": 1, "softcap": None}
     unknown = set(params) - set(p)
@@ -254,3 +254,38 @@ def check_params(params: dict) -> dict:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise CheckError(f"{FORMULA}: parameter {name!r} must be a real > 0, got {v!r}")
     return p
+
+
+def agreement(arrays: dict, params: dict, device: str = "cpu", **kw) -> dict:
+    """Both oracles on ``arrays`` (with ``paths``): {"logprobs", "grad": max |fused - torch| / (2 K u64 S), S the
+    torch oracle's scale (what the judge grants the oracle, twice; where S = 0, 0 if equal else inf); "E(l)",
+    "S(grad)", "P": the largest relative difference of the scales; "scale_tol": 2 (V + 16) u64, the bound on it
+    (tests/test_check_logprob_fused.py says why); "ok": all within}.  ``kw``: oracle_rows' block sizes."""
+    import torch
+
+    from ..judge import tolerance
+    from . import logprob_fused
+    from .common import U64
+
+    p = {"temperature": 1, "logit_scale": 1, "softcap": None, **params}
+    K, u = tolerance.K["logprob"], U64
+    worst = {"logprobs": 0.0, "grad": 0.0, "E(l)": 0.0, "S(grad)": 0.0, "P": 0.0}
+
+    def ratio(a, b, s):
+        d = (a - b).abs()
+        return float(torch.where(s > 0, d / (2 * K * u * s), torch.where(d == 0, 0.0, float("inf"))).max())
+
+    def rel(a, b):
+        d = (a - b).abs()
+        return float(torch.where(a != 0, d / a.abs(), torch.where(d == 0, 0.0, float("inf"))).max())
+
+    torch_chunks = oracle_chunks(arrays, p, device, paths=True, fused=False)
+    fused_all = next(logprob_fused.oracle_chunks(arrays, p, device, chunk_tokens=arrays["mask"].size, paths=True, **kw))
+    for sl, l0, E0, g0, S0, P0 in torch_chunks:
+        _, l1, E1, g1, S1, P1 = (t[sl] if hasattr(t, "shape") else t for t in fused_all)
+        for k, v in (("logprobs", ratio(l0, l1, E0)), ("grad", ratio(g0, g1, S0)), ("E(l)", rel(E0, E1)),
+                     ("S(grad)", rel(S0, S1)), ("P", rel(P0, P1))):
+            worst[k] = max(worst[k], v)
+    tol = 2 * (arrays["weight"].shape[0] + 16) * 2.0 ** -53
+    ok = worst["logprobs"] <= 1 and worst["grad"] <= 1 and max(worst["E(l)"], worst["S(grad)"], worst["P"]) <= tol
+    return {**worst, "scale_tol": tol, "ok": ok}

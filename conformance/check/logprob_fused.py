@@ -61,7 +61,7 @@ def use_fused(device: str) -> bool:
     """Whether the log-prob oracle on ``device`` is this module's: ``PGSPEC_LOGPROB_ORACLE`` if set
     (``fused``: required, check.CheckError where it cannot run; ``torch``: never), else on CUDA where triton
     is importable."""
-    from .core import CheckError      # a usage error of `pgspec check` (exit status 2), not a pgspec bug
+    from .common import CheckError      # a usage error of `pgspec check` (exit status 2), not a pgspec bug
 
     want = os.environ.get(ENV, "").strip().lower()
     if want not in ("", "fused", "torch"):
@@ -213,38 +213,3 @@ def oracle_chunks(arrays: dict, params: dict, device: str = "cpu", chunk_tokens:
             if paths:
                 PX[keep] = P_c
         yield (sl, lp, El, gX, SX, PX) if paths else (sl, lp, El, gX, SX)
-
-
-def agreement(arrays: dict, params: dict, device: str = "cpu", **kw) -> dict:
-    """Both oracles on ``arrays`` (with ``paths``): {"logprobs", "grad": max |fused - torch| / (2 K u64 S), S the
-    torch oracle's scale (what the judge grants the oracle, twice; where S = 0, 0 if equal else inf); "E(l)",
-    "S(grad)", "P": the largest relative difference of the scales; "scale_tol": 2 (V + 16) u64, the bound on it
-    (tests/test_check_logprob_fused.py says why); "ok": all within}.  ``kw``: oracle_rows' block sizes."""
-    import torch
-
-    from .. import check
-    from . import logprob as check_logprob
-    from ..judge import tolerance
-
-    p = {"temperature": 1, "logit_scale": 1, "softcap": None, **params}
-    K, u = tolerance.K["logprob"], check.U64
-    worst = {"logprobs": 0.0, "grad": 0.0, "E(l)": 0.0, "S(grad)": 0.0, "P": 0.0}
-
-    def ratio(a, b, s):
-        d = (a - b).abs()
-        return float(torch.where(s > 0, d / (2 * K * u * s), torch.where(d == 0, 0.0, float("inf"))).max())
-
-    def rel(a, b):
-        d = (a - b).abs()
-        return float(torch.where(a != 0, d / a.abs(), torch.where(d == 0, 0.0, float("inf"))).max())
-
-    torch_chunks = check_logprob.oracle_chunks(arrays, p, device, paths=True, fused=False)
-    fused_all = next(oracle_chunks(arrays, p, device, chunk_tokens=arrays["mask"].size, paths=True, **kw))
-    for sl, l0, E0, g0, S0, P0 in torch_chunks:
-        _, l1, E1, g1, S1, P1 = (t[sl] if hasattr(t, "shape") else t for t in fused_all)
-        for k, v in (("logprobs", ratio(l0, l1, E0)), ("grad", ratio(g0, g1, S0)), ("E(l)", rel(E0, E1)),
-                     ("S(grad)", rel(S0, S1)), ("P", rel(P0, P1))):
-            worst[k] = max(worst[k], v)
-    tol = 2 * (arrays["weight"].shape[0] + 16) * 2.0 ** -53
-    ok = worst["logprobs"] <= 1 and worst["grad"] <= 1 and max(worst["E(l)"], worst["S(grad)"], worst["P"]) <= tol
-    return {**worst, "scale_tol": tol, "ok": ok}
