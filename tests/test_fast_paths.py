@@ -10,6 +10,7 @@ import pytest
 from mpmath import mp, mpf
 
 from pgspec.conformance.judge import compare, tolerance
+from pgspec.conformance.judge import prepared
 from pgspec.conformance.corpus import golden
 from pgspec.conformance.run import runner
 
@@ -132,20 +133,20 @@ def _same_prepared(a, b):
 
 def _general(ref, scale, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(compare, "_prepare_strings", lambda ref, scale: None)
-        m.setattr(compare, "_PREPARED", {})
+        m.setattr(prepared, "_prepare_strings", lambda ref, scale: None)
+        m.setattr(prepared, "_PREPARED", {})
         return compare.prepare(ref, scale)
 
 
 def test_numpy_walk_prepares_what_the_general_path_prepares(monkeypatch):
-    compare._PREPARED.clear()
+    prepared._PREPARED.clear()
     n = 0
     for case in golden.load_all()[::7]:
         if case.get("positions") is not None:
             continue
         for key, ref in list(case["outputs"].items()) + [(f"grad.{k}", v) for k, v in case["grad"].items()]:
             scale = case["scale"].get(key)
-            fast = compare._prepare_strings(ref, scale)
+            fast = prepared._prepare_strings(ref, scale)
             n += fast is not None
             assert fast is None or compare.prepare(ref, scale) is not _general(ref, scale, monkeypatch)
             _same_prepared(compare.prepare(ref, scale), _general(ref, scale, monkeypatch))

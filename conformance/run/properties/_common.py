@@ -20,6 +20,7 @@ from pgspec.reference import REGISTRY, SpecError, evaluate
 
 from ...corpus import strategies as pst
 from ...judge import compare as core
+from ...judge import prepared_cache as core_cache
 from ...judge import tolerance
 from ...base.gcpause import gc_paused
 
@@ -207,7 +208,7 @@ def _cache_dir():
 
     # the entry also holds the comparison core's preparation: its code is part of the version; and
     # this module's, which makes the keys and the entries
-    return version_dir("references", _reference_digest() + "\0" + core._code_digest() + "\0" + _own_digest())
+    return version_dir("references", _reference_digest() + "\0" + core_cache._code_digest() + "\0" + _own_digest())
 
 
 @lru_cache(maxsize=1)
