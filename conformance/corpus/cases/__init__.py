@@ -5,6 +5,12 @@ its category and (for hand-checkable examples) the arithmetic in its description
 nested lists of numbers that are exactly representable in bfloat16; ``scale`` cases instead give
 a ``Generated`` recipe (see spec/golden-format.md) so that 8192- and 32768-token inputs need no
 storage.  Only the generator (``pgspec golden generate``) turns cases into golden files.
+
+Owns: the case tables (one module per family in ``FAMILY_MODULES``, each with ``cases()``), the
+error cases derived from them (errors.py) and ``Case``/``Generated`` (case.py).
+May import: pgspec.reference and the rest of the corpus (the generator, the name map); nothing above.
+Add a case: a ``Case`` in the family's module (a new family: its module and ``FAMILY_MODULES``),
+then ``pgspec golden generate``.
 """
 
 from __future__ import annotations

@@ -22,6 +22,12 @@ The package has one module per property (``padding``, ``permutation``, ``group_r
 ``cp_rank_sum``, ``accumulation``, ``opsm``, ``length_independence``, ``on_policy``, ``clamp``,
 ``gradient_fd``), each defining ``PROPERTY``; ``_common`` holds what they share.  Adapters are
 called and results compared through ``pgspec.conformance.judge.compare``, the module the runner uses.
+
+Owns: the property checks, one module per property, and ``_common`` (examples, calls, comparisons).
+May import: what the run may import (pgspec.adapters, the verdicts, the judge, the corpus, the base,
+pgspec.reference); never the check or the edges.
+Add a property: a module here with its ``Property`` entries, listed in ``PROPERTIES`` below, and its
+text in spec/properties.md (its anchor, the formulas it applies to, what it asserts).
 """
 
 from __future__ import annotations
