@@ -162,7 +162,7 @@ def repro_snippet(adapter: str, prop_id: str, fid: str, example: dict, dtype: st
     data = json.dumps(encode(example), sort_keys=True)
     return (
         "import json\n"
-        "from pgspec.conformance.run.properties import check_example\n"
+        "from pgspec.conformance.properties import check_example\n"
         "from pgspec.conformance.run.runner import load_adapter\n"
         f"adapter = load_adapter({adapter!r})\n"
         f"example = json.loads({data!r})\n"
