@@ -12,6 +12,8 @@ Each mutant is the built-in torch backend with one automatic change to one of it
     clamp-side   torch.clamp(x, min=a, max=b) / x.clamp(a, b): one bound dropped
     minmax       torch.minimum <-> torch.maximum, torch.min <-> torch.max, .amin <-> .amax
     detach       x.detach() -> x
+    stop-gradient  a * b -> a.detach() * b, and -> a * b.detach() (a stop-gradient on one factor)
+    detach-added   f(x) -> f(x.detach()) for torch.exp, log, expm1, log1p, sigmoid, tanh, sqrt, softplus
     dimension    dim=-1 <-> dim=0, .sum(-1) -> .sum(0), keepdim flipped
     denominator  a / b -> a / (b + 1)
     boolean      and <-> or, `not x` -> x
@@ -106,6 +108,11 @@ def sites(tree):
     for node in ast.walk(tree):
         if _in_registry_lookup(node, parents):
             continue
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and \
+                not isinstance(node.left, ast.Constant) and not isinstance(node.right, ast.Constant):
+            for side in ("left", "right"):
+                out.append((node, "stop-gradient", f"a * b -> {'a.detach() * b' if side == 'left' else 'a * b.detach()'}",
+                            lambda n, side=side: setattr(n, side, _detached(getattr(n, side)))))
         if isinstance(node, ast.BinOp) and type(node.op) in _BIN:
             new = _BIN[type(node.op)]
             out.append((node, "operator", f"{_SYM[type(node.op)]} -> {_SYM[new]}",
@@ -136,6 +143,9 @@ def sites(tree):
             if name in _MINMAX and isinstance(f, ast.Attribute):
                 new = _MINMAX[name]
                 out.append((node, "minmax", f"{name} -> {new}", lambda n, new=new: setattr(n.func, "attr", new)))
+            if name in _ELEMENTARY and _is_torch(f) and len(node.args) == 1 and not node.keywords:
+                out.append((node, "detach-added", f"torch.{name}(x) -> torch.{name}(x.detach())",
+                            lambda n: n.args.__setitem__(0, _detached(n.args[0]))))
             if name == "detach" and isinstance(f, ast.Attribute) and not node.args:
                 out.append((node, "detach", "x.detach() -> x", None))
             for kw in node.keywords:
@@ -157,6 +167,15 @@ def sites(tree):
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             out.append((node, "boolean", "not x -> x", None))
     return out, parents
+
+
+_ELEMENTARY = ("exp", "log", "expm1", "log1p", "sigmoid", "tanh", "sqrt", "softplus")
+
+
+def _detached(expr):
+    """``(expr).detach()``: a stop-gradient on expr (a tensor, or a number whose detach fails: a crash,
+    which kills the mutant, so only tensor operands count)."""
+    return ast.Call(ast.Attribute(expr, "detach", ast.Load()), [], [])
 
 
 def _is_torch(f):
@@ -216,10 +235,16 @@ def all_mutants() -> dict[str, list[Mutant]]:
     return out
 
 
-def sample(n: int, seed: int) -> list[Mutant]:
-    """n mutants spread evenly over the ten files (round robin), each file's sites shuffled by seed."""
+def sample(n: int, seed: int, kinds: set | None = None) -> list[Mutant]:
+    """n mutants spread evenly over the ten files (round robin), each file's sites shuffled by seed
+    (of the given ``kinds`` only, when given)."""
     rng = random.Random(seed)
     pools = {f: rng.sample(ms, len(ms)) for f, ms in all_mutants().items()}
+    if kinds is not None:
+        unknown = kinds - {m.kind for ms in pools.values() for m in ms}
+        if unknown:
+            raise SystemExit(f"--kinds: no mutant of kind(s) {sorted(unknown)}")
+        pools = {f: [m for m in ms if m.kind in kinds] for f, ms in pools.items()}
     out = []
     while len(out) < n and any(pools.values()):
         for fam in FAMILIES:
@@ -342,13 +367,15 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="list the sampled mutants and exit")
     ap.add_argument("--only", action="append", default=[], metavar="KEY",
                     help="run only the mutants whose key contains KEY (repeatable), from all sites, e.g. to recheck survivors")
+    ap.add_argument("--kinds", default=None, metavar="K1,K2",
+                    help="sample only mutants of these kinds (e.g. stop-gradient,detach-added,detach)")
     ap.add_argument("--json", type=Path, default=None, help="also write every mutant's outcome as JSON")
     args = ap.parse_args(argv)
     total_sites = sum(len(v) for v in all_mutants().values())
     if args.only:
         chosen = [m for ms in all_mutants().values() for m in ms if any(k in m.key for k in args.only)]
     else:
-        chosen = sample(args.mutants, args.seed)
+        chosen = sample(args.mutants, args.seed, None if args.kinds is None else set(args.kinds.split(",")))
     print(f"{len(chosen)} mutants sampled (seed {args.seed}) from {total_sites} sites in {len(FAMILIES)} files")
     if args.list:
         for m in chosen:

@@ -11,6 +11,11 @@
 # without its scale-* cases (LIGER_TRITON_CASES: the interpreter runs one Python step per kernel program,
 # so a 32k-token case alone takes minutes); its report is docs/conformance/liger-triton.md.
 #
+# After each framework's run, its upstream findings (findings/<adapter>/*.py: one standalone script per declared
+# bug, the framework and torch only; findings/README.md) run in the same environment through findings/run.py,
+# which adds their status to docs/conformance/<adapter>.md. A script that says FIXED (the framework now agrees
+# with the spec) or cannot run makes this script exit non-zero, with the line saying which.
+#
 # PGSPEC_VENV_PATTERN (default ".ci-venvs/%s") places each framework's environment;
 # PGSPEC_SKIP_INSTALL=1 reuses environments that already exist there.
 #
@@ -35,12 +40,27 @@ else
 fi
 pgspec=$main/bin/pgspec
 adapters=("$@")
-[ ${#adapters[@]} -gt 0 ] || adapters=(torch trl liger liger-triton verl openrlhf skyrl areal)
+[ ${#adapters[@]} -gt 0 ] || adapters=(torch trl liger liger-triton verl openrlhf skyrl areal oat unsloth ms_swift)
 # every case ID except */scale-* (the runner's globs have no negation: no case name but scale-* starts with "sc")
 LIGER_TRITON_CASES=${LIGER_TRITON_CASES:-'*/[!s]*,*/s[!c]*'}
 # adapters run from the main environment through the process-isolated mode (--python)
 isolated=" areal "
 status=0
+# findings ADAPTER PYTHON [SOURCE]: the adapter's finding scripts in that interpreter (against SOURCE, a
+# git-only framework's checkout); their status goes into the adapter's page
+findings() {
+  [ -d "findings/$1" ] || return 0
+  echo "--- findings/$1: the standalone bug scripts, in $2"
+  local rc=0
+  "$main/bin/python" findings/run.py "$1" --python "$2" ${3:+--source "$3"} --markdown "$out/$1.md" || rc=$?
+  if [ $rc = 1 ]; then
+    echo "ci/conformance.sh: a finding of $1 no longer reproduces (FIXED above): the framework now agrees with the" \
+      "spec there; drop its rule, its script and its report in docs/findings.md" >&2
+  elif [ $rc != 0 ]; then
+    echo "ci/conformance.sh: findings/$1: a script could not run (above)" >&2
+  fi
+  [ $rc = 0 ] || status=1
+}
 for name in "${adapters[@]}"; do
   echo "=== $name"
   reports=(--report "md:$out/$name.md" --report "json:$json_dir/$name.json")
@@ -79,6 +99,8 @@ for name in "${adapters[@]}"; do
       tests/test_check_head_loss.py -q -k "logprob or vocab or head or logit" || status=1
     # bench/gpu_check.sh's rows at tiny sizes with Liger's own kernels (TRL's rows with a stand-in): about 100 s
     OUT="$(mktemp -d)" PYTHON="$venv/bin/python" bash bench/gpu_check.sh --dry-run || status=1
+    # the finding scripts set TRITON_INTERPRET=1 themselves when there is no GPU
+    findings liger-triton "$venv/bin/python"
     echo "liger-triton (TRITON_INTERPRET=1) ran in $(( $(date +%s) - start )) s"
   elif [[ "$isolated" == *" $name "* ]]; then
     "$pgspec" run --adapter "$name" --python "$venv/bin/python" "${reports[@]}" || status=1
@@ -96,7 +118,16 @@ for name in "${adapters[@]}"; do
     # and LigerFusedLinearGRPOLoss whole, from hidden states and the head (conformance/check/head_loss.py)
     "$venv/bin/pgspec" check --adapter pgspec.adapters.liger:make_fused_adapter --formula loss.grpo --param beta=0 \
       --vocab 9000 --shape 2x128 --dtype bfloat16,float32 || status=1
+    # the compiled default path (LigerFusedLinearGRPOLoss(compiled=True)): its run is recorded
+    # (docs/conformance/liger-compiled.md), its finding script runs here, in liger's environment
+    findings liger-compiled "$venv/bin/python"
+  elif [ "$name" = oat ]; then
+    # OAT's fused LM head (FusedLinear; use_fused_lm_head=True is OAT's default) against the float64
+    # oracle; 2x300 = 600 tokens span two of its 512-token chunks
+    "$venv/bin/pgspec" check --adapter oat --formula logprob.token --vocab 2000 --shape 2x300 \
+      --dtype bfloat16,float32 || status=1
   fi
+  [ "$name" = liger-triton ] || findings "$name" "$venv/bin/python"
 done
 "$main/bin/python" -m pgspec.conformance.matrix "$json_dir"/*.json --out "$out/matrix.md" || status=1
 exit $status

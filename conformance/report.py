@@ -412,7 +412,9 @@ def to_html(summary, adapter, device, dtypes) -> str:
         rows.append(f'<tr><th><code>{html.escape(fid)}</code></th><td class="{cls}">{html.escape(verdict_text(v))}</td>'
                     f"{cells}<td>{html.escape(ratio_text(v['worst_ratio']))}</td>"
                     f"<td>{rejects_text(v)}</td></tr>")
-    notable = [r for r in summary.results if r.outcome not in ("pass", "unsupported", "not-applicable")]
+    # failures, errors, stale and declared deviations; validation (rejected, not-rejected) is the rejects column
+    notable = [r for r in summary.results
+               if r.outcome not in ("pass", "unsupported", "not-applicable", "rejected", "not-rejected")]
     details = []
     for r in notable:
         dev = ""

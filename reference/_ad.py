@@ -38,12 +38,16 @@ class Var:
     """A differentiable mpf value: ``value`` and ``parents`` = ((operand, d self / d operand), ...)."""
 
     # _i, _e, _v, _dv: scratch of graph_order() and error_scales_of() (see there), not part of the node
-    __slots__ = ("value", "parents", "order", "rounding", "source", "dscale", "_i", "_e", "_v", "_dv")
+    __slots__ = ("value", "parents", "order", "rounding", "source", "dscale", "op", "_i", "_e", "_v", "_dv")
 
-    def __init__(self, value, parents=(), rounding=None, source=None, dscale=None):
+    def __init__(self, value, parents=(), rounding=None, source=None, dscale=None, op=None):
         self.value = value
         self.parents = parents
         self.order = next(_ids)
+        # Which operation made the node, where the error of its local derivatives is not that of the
+        # node's own value (see _edge_error): "mul", "mulc", "div", "divc", "rdiv", "log", "log1p",
+        # "expm1", "sqrt", "tie", "em1x"; None: the derivative is computed from the node's value.
+        self.op = op
         # For a fused node: per operand, the error (in units of u) with which the formula as usually
         # written computes that local derivative; None: derived from the node's own rounding.
         self.dscale = dscale
@@ -72,20 +76,20 @@ class Var:
 
     def __mul__(self, other):
         if isinstance(other, Var):
-            return Var(self.value * other.value, ((self, other.value), (other, self.value)))
-        return Var(self.value * other, ((self, other),))
+            return Var(self.value * other.value, ((self, other.value), (other, self.value)), op="mul")
+        return Var(self.value * other, ((self, other),), op="mulc")
 
     __rmul__ = __mul__
 
     def __truediv__(self, other):
         if isinstance(other, Var):
             q = self.value / other.value
-            return Var(q, ((self, 1 / other.value), (other, -q / other.value)))
-        return Var(self.value / other, ((self, 1 / mpf(other)),))
+            return Var(q, ((self, 1 / other.value), (other, -q / other.value)), op="div")
+        return Var(self.value / other, ((self, 1 / mpf(other)),), op="divc")
 
     def __rtruediv__(self, other):
         q = other / self.value
-        return Var(q, ((self, -q / self.value),))
+        return Var(q, ((self, -q / self.value),), op="rdiv")
 
     def __neg__(self):
         return Var(-self.value, ((self, -1),))
@@ -153,19 +157,19 @@ def exp(x):
 
 def log(x):
     if isinstance(x, Var):
-        return Var(mp.log(x.value), ((x, 1 / x.value),))
+        return Var(mp.log(x.value), ((x, 1 / x.value),), op="log")
     return mp.log(x)
 
 
 def log1p(x):
     if isinstance(x, Var):
-        return Var(mp.log1p(x.value), ((x, 1 / (1 + x.value)),))
+        return Var(mp.log1p(x.value), ((x, 1 / (1 + x.value)),), op="log1p")
     return mp.log1p(x)
 
 
 def expm1(x):
     if isinstance(x, Var):
-        return Var(_mp_expm1(x.value), ((x, mp.exp(x.value)),))
+        return Var(_mp_expm1(x.value), ((x, mp.exp(x.value)),), op="expm1")
     return _mp_expm1(x)
 
 
@@ -216,7 +220,7 @@ def expm1_minus_x(x):
     """e^x - 1 - x, exact to working precision even for tiny |x| (the k3 core)."""
     if isinstance(x, Var):
         # its error scale is that of the formula as usually written, exp(x) - 1 - x
-        return Var(_expm1_minus_x_value(x.value), ((x, _mp_expm1(x.value)),), rounding="expm1_minus_x")
+        return Var(_expm1_minus_x_value(x.value), ((x, _mp_expm1(x.value)),), rounding="expm1_minus_x", op="em1x")
     return _expm1_minus_x_value(x)
 
 
@@ -245,7 +249,7 @@ def tanh(x):
 def sqrt(x):
     if isinstance(x, Var):
         y = mp.sqrt(x.value)
-        return Var(y, ((x, 1 / (2 * y)),))
+        return Var(y, ((x, 1 / (2 * y)),), op="sqrt")
     return mp.sqrt(x)
 
 
@@ -281,7 +285,7 @@ def _tie(a, b):
     parents = tuple((x, _HALF) for x in (a, b) if isinstance(x, Var))
     if not parents:
         return a
-    return Var(value_of(a), parents)
+    return Var(value_of(a), parents, op="tie")
 
 
 def clip(x, lo=None, hi=None):
@@ -591,12 +595,15 @@ def _float_grad_scales(order, roots, leaves):
         e, v = n._e, n._v
         step = c + a * (1 + (e / v if v != 0 else e))
         ds = n.dscale
+        op = n.op
         for k, ((p, d), ad) in enumerate(zip(n.parents, n._dv)):
             j = p._i
             prev = A[j]
             A[j] = (0.0 if prev is None else prev) + a * ad
             if ds is not None:  # a fused node states its derivatives' error
                 C[j] = C[j] + c * ad + a * _float(ds[k])
+            elif op is not None:  # the derivative's own error (_edge_error)
+                C[j] = C[j] + (c + a * _edge_error(n, k, _e_of, _v_of, _float)) * ad
             else:
                 # the +-1 of a sum or difference is exact (see _scale_pass)
                 C[j] = C[j] + (c if type(d) is int else step) * ad
@@ -636,17 +643,76 @@ def _scale_pass(order, nodes, roots, leaves, number):
         c = C[id(n)]
         step = c + a * rel[id(n)]
         ds = n.dscale
+        op = n.op
         for k, (p, d) in enumerate(n.parents):
             ad = abs(number(d))
             A[id(p)] = A.get(id(p), number(0)) + a * ad
             if ds is not None:  # a fused node states its derivatives' error
                 C[id(p)] = C.get(id(p), number(0)) + c * ad + a * number(ds[k])
+            elif op is not None:  # the derivative's own error (_edge_error)
+                err = _edge_error(n, k, lambda q: E[id(q)], lambda q: abs(number(q.value)), number)
+                C[id(p)] = C.get(id(p), number(0)) + (c + a * err) * ad
             else:
                 # the +-1 of a sum or difference is exact: only a derivative computed from a rounded
                 # value (exp's y, a product's other factor, ...) carries that value's relative error
                 C[id(p)] = C.get(id(p), number(0)) + (c if type(d) is int else step) * ad
     grad_scales = {id(leaf): A.get(id(leaf), number(0)) + C.get(id(leaf), number(0)) for leaf in leaves}
     return E, grad_scales
+
+
+def _v_of(n):
+    return n._v
+
+
+def _rel_of(q, e_of, v_of):
+    """E(q) / |q|, the relative error of a rounded value in units of u (E(q) where q = 0)."""
+    v = v_of(q)
+    return e_of(q) / v if v != 0 else e_of(q)
+
+
+def _edge_error(n, k, e_of, v_of, num):
+    """The relative error, in units of u, with which the usual evaluation of the chain rule forms
+    a * d_k, the cotangent a of node n times the local derivative d_k of its operand k: one rounding
+    for the product, plus the error of d_k as it is computed, from the rounded values it is computed
+    from (and no others).  ``e_of``/``v_of`` give a node's E and |value|, ``num`` a number's value.
+
+    Only nodes made by an operation with an ``op`` tag come here; for the others (exp, whose
+    derivative is its own value y, and nodes built by a formula module) the derivative is the
+    node's value's, 1 + E(n)/|n|.  The distinction matters where a value cancels: the mean of
+    values near +-1e18 that sum to 1 has a huge relative error, but its derivative 1/n has none.
+    """
+    op = n.op
+    ps = n.parents
+    if op == "tie":  # 1/2: exact
+        return 0
+    if op == "mul":  # d = the other factor
+        return 1 + _rel_of(ps[1 - k][0], e_of, v_of)
+    if op in ("mulc", "divc"):  # d = a constant c or 1/c, rounded to the dtype
+        return 2
+    if op == "div":  # y = p/q:  d_p = 1/q;  d_q = -y/q
+        q = ps[1][0]
+        return 2 + _rel_of(q, e_of, v_of) if k == 0 else 2 + _rel_of(n, e_of, v_of) + _rel_of(q, e_of, v_of)
+    if op == "rdiv":  # y = c/q:  d_q = -y/q
+        return 2 + _rel_of(n, e_of, v_of) + _rel_of(ps[0][0], e_of, v_of)
+    if op == "log":  # d = 1/x
+        return 2 + _rel_of(ps[0][0], e_of, v_of)
+    if op == "log1p":  # d = 1/(1 + x): the rounded x errs by E(x), relative to 1 + x
+        x = ps[0][0]
+        return 2 + e_of(x) / abs(1 + num(x.value))
+    if op == "expm1":  # d = e^x: relative error E(x)
+        return 2 + e_of(ps[0][0])
+    if op == "sqrt":  # d = 1/(2y)
+        return 2 + _rel_of(n, e_of, v_of)
+    if op == "em1x":
+        # d = e^x - 1 as the usual backward of exp(x) - 1 - x forms it: the cotangent times the
+        # rounded e^x (two roundings of size e^x), less the cotangent (one of size |e^x - 1|), with
+        # x's error amplified by e^x; relative to |e^x - 1|, plus the product's rounding
+        em = abs(num(ps[0][1]))
+        if em == 0:
+            return 0
+        ex = abs(num(ps[0][1]) + 1)
+        return 1 + (2 * ex + em) / em + ex * e_of(ps[0][0]) / em
+    raise AssertionError(f"unknown op {op!r}")
 
 
 def _rounding(n):

@@ -10,8 +10,9 @@ from ._errors import SpecError
 from ._registry import Formula, get
 
 DEFAULT_DPS = 60
-# the documented limits of one evaluation (README, "Bad input"): the precision, and the elements of one
-# input (the corpus's largest input has 65,536; mpmath takes about a millisecond an element and more
+# the documented limits of one evaluation (docs/bad-input.md, "Limits of the reference"): the
+# precision, and the elements of one input (the corpus's largest input has 65,536; mpmath takes
+# about a millisecond an element and more
 # memory than the input itself, so 10^7 elements would run for hours instead of refusing)
 MAX_DPS = 1000
 MAX_ELEMENTS = 1_000_000

@@ -137,7 +137,12 @@ def importance_weighted_k3(logprob, old_logprob, ref_logprob, log_ratio_min=None
     e_k = abs(exp(x_clamped)) + abs(exp(x_clamped) - 1) + abs(k) + abs(exp(x_clamped) - 1) * abs(x_clamped)
     rounding = abs(y) + abs(k) * e_w + abs(w) * e_k
     if x_clamped == x:
-        return Var(y, ((logprob, -(w * x)),), rounding=rounding)
+        # the derivative as the chain rule usually forms it, w k3(x) - w (e^x - 1): the error of each
+        # path's product (w's, k3's, and e^x - 1 from a rounded e^x of an x that errs by |x|) and
+        # of their difference, which cancels to -w x (_ad.error_scales: a fused node's dscale)
+        e_x1 = abs(exp(x)) * (2 + abs(x)) + abs(exp(x) - 1)
+        dscale = abs(k) * e_w + abs(w) * e_k + abs(w) * e_x1 + abs(exp(x) - 1) * e_w + abs(w * x)
+        return Var(y, ((logprob, -(w * x)),), rounding=rounding, dscale=(dscale,))
     if sg_ratio_where_clamped:
         return Var(y, (), source=Var(y, (), rounding=rounding))  # sg[w] k3(constant): no derivative
     return Var(y, ((logprob, y),), rounding=rounding)

@@ -162,7 +162,7 @@ def mean_log_ratio(l_row, old_row, ts):
     # tolerance model: a pairwise sum of n differences, each rounded once, then one division
     abs_sum = mp.fsum(abs(x) for x in diffs)
     rounding = (max(1, (n - 1).bit_length()) * abs_sum + abs_sum) / n + abs(value)
-    return Var(value, tuple((leaf, inv) for leaf in leaves), rounding=rounding)
+    return Var(value, tuple((leaf, inv) for leaf in leaves), rounding=rounding, op="divc")  # edges 1/L: rho = 2
 
 
 # Parameters ------------------------------------------------------------------------------------

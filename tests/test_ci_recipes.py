@@ -40,7 +40,12 @@ def test_the_fast_llm_recipe_takes_torch_from_the_cpu_index():
     script = (ROOT / "ci/install-fast_llm.sh").read_text()
     torch_lines = [ln for ln in _commands(script) if re.search(r"\btorch==2\.13\.0\b", ln) and "PIP" in ln]
     assert torch_lines and all('--index-url "$TORCH_CPU_INDEX"' in ln for ln in torch_lines), torch_lines
+    # the version pin alone (torch==2.13.0) is met by PyPI's CUDA build too, from any extra index a
+    # pip.conf adds: the recipe names the CPU build's own version, which no CUDA wheel carries
+    assert all('"torch==2.13.0+cpu"' in ln for ln in torch_lines), torch_lines
+    assert "torch-2.13.0+cpu-cp312-*.whl)" in script        # a TORCH_WHEEL of another build is refused
     assert "https://download.pytorch.org/whl/cpu" in script and "torch.version.cuda is None" in script
+    assert '"nvidia-"' in script and "CUDA packages in the Fast-LLM environment" in script
     assert subprocess.run(["bash", "-n", str(ROOT / "ci/install-fast_llm.sh")]).returncode == 0
 
 

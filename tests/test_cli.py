@@ -190,6 +190,18 @@ def test_adapters_shows_install_commands_whole():
         pytest.skip("every adapter is installed here: no install command to show")
 
 
+
+def test_an_adapter_whose_framework_is_missing_still_lists_its_formulas(monkeypatch):
+    """`pgspec adapters` said TRL implements 0 formulas where TRL is not installed (Liger, verl and the
+    others list theirs): its adapter left its tables out.  They import without TRL."""
+    from pgspec.adapters import trl as adapter_module
+    from pgspec.adapters.trl import gmpo, impls, recipes
+
+    monkeypatch.setattr(adapter_module, "_framework_version", lambda: None)
+    a = adapter_module.make_adapter()
+    assert a.version == "not installed" and not a.available()[0]
+    assert a.capabilities() == {*impls.IMPLEMENTATIONS, *recipes.IMPLEMENTATIONS, *gmpo.IMPLEMENTATIONS} != set()
+
 def test_version():
     r = pgspec("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"pgspec {version('pgspec')}"

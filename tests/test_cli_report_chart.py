@@ -75,3 +75,13 @@ def test_the_html_report_is_per_formula_and_its_chart_fits_the_page(tmp_path):
     assert "<th>formula</th><th>verdict</th><th>pass</th>" in text and "<code>ratio.token</code>" in text
     assert "img { max-width: 100%; height: auto; }" in text
     assert re.search(r"Not implemented by mine \(\d+ formulas\): .*kl\.k1", text)
+
+
+def test_the_html_report_lists_no_validation_result_as_a_failure(tmp_path):
+    """An expected-error case that the implementation rejected passed validation: the HTML report listed
+    each one under "Failures, errors and deviations" with a repro snippet (891 of them for loss.* and
+    mask.* on the built-in backend), on a run that exits 0.  Validation is the rejects column."""
+    text = _html_report(tmp_path, "torch", "kl.k1", 0)
+    assert re.search(r"<td>(\d+)/\1</td>", text)                      # kl.k1's invalid inputs, all rejected
+    details = text.split("<h2>Failures, errors and deviations</h2>", 1)[1]
+    assert "rejected</h3>" not in details and details.lstrip().startswith("<p>None.</p>")

@@ -84,7 +84,7 @@ async function check(path) {
   result.wide = Array.from(doc.querySelectorAll("body *"))
     .filter(el => el.getBoundingClientRect().right > win.innerWidth + 0.5 && !el.querySelector("*"))
     .slice(0, 6).map(el => el.tagName.toLowerCase() + "." + el.className + "[" + el.textContent.slice(0, 20) + "] right=" + Math.round(el.getBoundingClientRect().right)
-      + " in: " + ((el.closest("p, td, li, dd") || el).textContent || "").replace(/\s+/g, " ").slice(0, 100));
+      + " in: " + ((el.closest("p, td, li, dd") || el).textContent || "").replace(/\\s+/g, " ").slice(0, 100));
   result.cut = Array.from(doc.querySelectorAll(".table-wrapper"))
     .filter(el => el.scrollWidth > el.clientWidth + 1)
     .map(el => {

@@ -132,3 +132,19 @@ pgspec run --adapter rotten:adapter --formulas ratio.token --dtype float64 --no-
     r, _ = build(tmp_path, {"index.md": page}, tmp_path / "none.json", tmp_path / "none")
     assert r.returncode != 0
     assert "exited 1, the page says 0" in r.stdout + r.stderr
+
+
+def test_a_rule_of_one_case_says_one_case():
+    """Per-formula pages said "bug (1 cases)" (issue 38 had the console's "(1 root causes)")."""
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    try:
+        import pgspec_docs
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "_ext"))
+
+    def text(n):
+        rule = {"kind": "bug", "reason": "r", "link": "https://example.org/a#L1", "cases": n}
+        return "".join(node.astext() for node in pgspec_docs._details({"rules": [rule]}))
+
+    assert text(1).startswith("bug (1 case): r")
+    assert text(12).startswith("bug (12 cases): r")

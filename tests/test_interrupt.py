@@ -106,3 +106,37 @@ def _running(pid: int) -> bool:
         return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+@pytest.mark.parametrize("where", ["sleeping", "marked"])
+def test_the_first_ctrl_c_stops_check_at_once_with_one_line(tmp_path, where):
+    """`pgspec check` at a size that takes seconds: Ctrl-C inside the adapter's call ("sleeping": the
+    adapter's KeyboardInterrupt is no adapter error outcome) or in pgspec's own judging after the call
+    returned ("marked") ends it at once, with one line and exit 130.  The adapters write a marker
+    when the check calls them (tests/fixtures/interrupt_adapters.py)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    marker = tmp_path / "called"
+    env.update(PGSPEC_TEST_MARKER=str(marker), PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).parent / "fixtures")] + [p for p in [env.get("PYTHONPATH")] if p]))
+    argv = [SCRIPT, "check", "--formula", "loss.grpo", "--shape", "16x32768", "--adapter", f"interrupt_adapters:{where}",
+            "--dtype", "float32,bfloat16,float64"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert marker.exists(), ("the check never called the adapter", proc.poll())
+        os.killpg(proc.pid, signal.SIGINT)
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=20)
+        took = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, (proc.returncode, out[-2000:], err[-3000:])
+    assert err.strip().splitlines() == ["pgspec check: interrupted"], err[-3000:]
+    assert "pgspec check" not in out      # no result line: the check did not go on to report
+    assert took < 10, f"took {took:.1f} s to stop"

@@ -60,9 +60,8 @@ def _with_grad(fn):
 def make_adapter() -> Adapter:
     v = _framework_version()
     deviations = load_deviations(Path(__file__).with_name("deviations.toml"))
-    if v is None:
-        return TRLAdapter(name="trl", framework="TRL (huggingface/trl)", version="not installed",
-                          implementations={}, deviations=deviations)
+    # the tables import without TRL (it is imported when a formula runs): without TRL the adapter still
+    # lists what it implements (`pgspec adapters`), and available() says how to install TRL
     from .impls import IMPLEMENTATIONS, PARAM_MAP
     from .gmpo import IMPLEMENTATIONS as GMPO
     from .gmpo import PARAM_MAP as GMPO_MAP
@@ -73,7 +72,7 @@ def make_adapter() -> Adapter:
     adapter = TRLAdapter(
         name="trl",
         framework="TRL (huggingface/trl)",
-        version=f"trl {v}",
+        version=f"trl {v}" if v is not None else "not installed",
         devices=("cpu",),
         dtypes=("float64", "float32", "bfloat16"),
         implementations={k: _with_grad(f) for k, f in {**IMPLEMENTATIONS, **RECIPES, **GMPO}.items()},

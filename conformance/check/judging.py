@@ -79,11 +79,19 @@ def check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales)
     except Exception as e:  # noqa: BLE001 - the adapter's dtype or device cannot hold the inputs
         res.outcome, res.message = "error", f"{type(e).__name__}: {e}"
         return
-    got = timed_adapter_call(res, device, lambda: compare.call(adapter, formula, tensors, params))
+    unconnected: list = []
+    got = timed_adapter_call(res, device, lambda: compare.call(adapter, formula, tensors, params, unconnected))
     if got is None:
         return
     out, grads = got
     f = REGISTRY[formula]
+    detached = [n for n in unconnected if n in ref_grads and bool(np.any(np.asarray(ref_grads[n]) != 0))]
+    if detached:
+        res.outcome = "error"
+        res.message = (f"not connected: output {f.grad_of!r} has no autograd path to input(s) "
+                       f"{', '.join(repr(n) for n in detached)}, whose oracle gradient is non-zero (a .detach(), "
+                       f".item(), no_grad or a copy through numpy)")
+        return
     mask = arrays.get("mask")
     for name in [o.name for o in f.outputs]:
         if f"{name}" not in scales or name not in out:

@@ -22,8 +22,8 @@ chunk (TRL's ``ChunkedLogProbFunction``, Liger's fused linear losses).  So the c
   follow the same rules with the logits formed by the reference's nodes z_v = total_h(X_h * W_vh)
   (W constants): E(z) = (ceil(log2 H) + 1) sum_h |X_h W_vh| (the products are nodes of their own),
   which enters E(l) through the transformed logits, and
-  S(dX_h) = sum_v (A_v (1 + rel_h) + C_v) |W_vh|, rel_h = 2 where X_h != 0 (the product's rounding)
-  else 1, where A_v + C_v = S(dz_v) splits the logits' gradient scale into the path sum of |local
+  S(dX_h) = sum_v (3 A_v + C_v) |W_vh| (the product's edge W_vh, a constant: rho = 2, with or without
+  X_h = 0; reference._ad._edge_error), where A_v + C_v = S(dz_v) splits the logits' gradient scale into the path sum of |local
   derivatives| (A) and the error of evaluating them (C).  ``tests/test_check.py`` checks this
   against ``reference._ad`` run on the same composite.
 - An adapter without a head entry but with ``logprob.token`` gets the logits ``X W^T`` formed in its
@@ -153,11 +153,13 @@ def logit_scales(z, targets, Ez, temperature=1.0, logit_scale=1):
     Ad[rows, star] = A_star
     Cd[rows, star] = Cd.sum(-1)
     A_zp = Ad
-    step_zp = _rel(zp, Ezp).mul_(A_zp).add_(Cd)    # C(z') + A(z') rel(z')
+    # z' = a / tau and a = z s: a division and a product by a constant, whose derivative errs by one
+    # rounding (the constant's) and the product by another: rho = 2 on each edge (reference._ad._edge_error)
+    step_zp = A_zp.mul(2).add_(Cd)                  # C(z') + 2 A(z')
     del Cd, Ezp
     A_a = A_zp if tau == 1 else A_zp.div_(tau)
     C_a = step_zp if tau == 1 else step_zp.div_(tau)
-    C_z = _rel(a, Ea).mul_(A_a).add_(C_a)          # C(a) + A(a) rel(a)
+    C_z = A_a.mul(2).add_(C_a)                     # C(a) + 2 A(a)
     if s != 1:
         C_z.mul_(abs(s))
         A_a.mul_(abs(s))
@@ -229,9 +231,8 @@ def oracle_chunks(arrays: dict, params: dict, device: str = "cpu", chunk_tokens:
                 El_c, A_z, C_z = logit_scales(z, yc, Ez, p["temperature"], p["logit_scale"])
                 El[keep] = El_c
                 gX[keep] = G @ W
-                rel_h = torch.where(xc != 0, 2.0, 1.0)
                 P = A_z @ Wabs
-                SX[keep] = P * (1 + rel_h) + C_z @ Wabs
+                SX[keep] = 3 * P + C_z @ Wabs     # the edges W_vh, constants: A (1 + rho), rho = 2
                 if paths:
                     PX[keep] = P
                 del z, Ez, A_z, C_z, G, logits, P

@@ -181,8 +181,7 @@ def oracle_rows(X, W, y, temperature=1.0, logit_scale=1.0, *, block_m: int = BLO
     if n:
         for parts in ((True, False), (False, True)) if split else ((True, True),):
             grad_kernel[grid](X, Wk, W, P, row, star, y, gX, PA, PC, n, V, stop, **meta, GRAD=parts[0], SCALES=parts[1])
-    rel_h = torch.where(X != 0, 2.0, 1.0).to(torch.float64)
-    SX = PA * (1 + rel_h) + PC
+    SX = 3 * PA + PC        # the edges W_vh, constants: A (1 + rho), rho = 2
     return lval, El, gX, SX, PA
 
 

@@ -145,25 +145,19 @@ def grad_kernel(X, W, W64, P, ROW, STAR, Y, GX, PA, PC, n, V, VSTOP, H: tl.const
         p = tl.where(is_star, a_s, e * a_s)
         G = (tl.where(is_y, 1.0, 0.0) - p) * s_tau
         G = tl.where(valid, G, 0.0)
-        # the scale pass of logit_scales, element for element, with its relative-error factors rel(v) = 1 + E(v) / |v|
-        # (v != 0; 1 + E(v) where v = 0) in fewer divisions, equal to rounding: rel(e) = 1 + (e E(d) + e) / e =
-        # E(d) + 2, and one reciprocal of |a| for rel(a) and rel(z') (|z'| = |a| / tau), divisions by tau as
-        # products with 1 / tau.  The scales are bounds: their rounding moves a verdict only within the rounding
-        # of the bound itself (tests/test_check_logprob_fused.py).
+        # the scale pass of logit_scales, element for element: rel(e) = 1 + (e E(d) + e) / e = E(d) + 2 in fewer
+        # divisions, equal to rounding; the edges of z' = a / tau and a = z s (a constant each) carry rho = 2;
+        # divisions by tau as products with 1 / tau.  The scales are bounds: their rounding moves a verdict only
+        # within the rounding of the bound itself (tests/test_check_logprob_fused.py).
         rel_e = tl.where(e != 0, Ed + 2, 1.0)
         Cd = (rel_e * a_s + c_s) * e
         Ad = e * a_s + tl.where(is_y, y_not_star, 0.0)
         Ad = tl.where(is_star, A_star, Ad)
         Cd = tl.where(is_star, C_star, Cd)
-        aa = tl.abs(a)
-        nz = (aa != 0) & (zp != 0)
-        inv = 1.0 / tl.where(aa != 0, aa, 1.0)
-        rel_zp = tl.where(nz, Ezp * tau * inv, Ezp) + 1
-        rel_a = tl.where(aa != 0, Ea * inv, Ea) + 1
-        step_zp = rel_zp * Ad + Cd
+        step_zp = 2.0 * Ad + Cd
         A_a = Ad * inv_tau
         C_a = step_zp * inv_tau
-        C_z = (rel_a * A_a + C_a) * abs_s
+        C_z = (2.0 * A_a + C_a) * abs_s
         A_z = A_a * abs_s
         A_z = tl.where(valid, A_z, 0.0)
         C_z = tl.where(valid, C_z, 0.0)

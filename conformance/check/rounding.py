@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from typing import NamedTuple
+
 
 # ------------------------------------------------------------------------------------------------
 # The oracle's scales: the reference's running error bound as tensor operations
@@ -29,7 +31,20 @@ def cotangent_to_l(dx, x, Ex, A, C):
     |local derivatives|) is what a composite carries on below l (check_head_loss.py)."""
     if callable(dx):
         return dx(A, C)
+    if isinstance(dx, Factor):  # x = l m: the edge m, which errs as m does (reference._ad._edge_error)
+        m = dx.value.abs()
+        return A * m, (C + A * rel_factor(dx.value, dx.error)) * m
     return A * dx.abs(), (C + A * rel_factor(x, Ex)) * dx.abs()
+
+
+class Factor(NamedTuple):
+    """The derivative dx/dl of a product node x = l m: the other factor m (``value``) and its forward
+    error E(m) (``error``); the edge carries rho = 1 + E(m)/|m|, not x's relative error."""
+    value: object
+    error: object
+
+    def abs(self):
+        return self.value.abs()
 
 
 def where64(cond, yes, no):

@@ -10,7 +10,7 @@ from pgspec.reference import REGISTRY
 
 from ..judge import compare
 from .common import AGG_FREE_PARAMS, CheckError, HEAD_LOSS_FORMULAS, LOSS_AGGREGATION, ORACLE_FORMULAS, VOCAB_FORMULAS
-from .rounding import cotangent_to_l, phantom, rel_factor, sum_depth, sum_rounding
+from .rounding import cotangent_to_l, phantom, sum_depth, sum_rounding
 from .draws import DOCUMENTS, sequence_level, to_tensors
 from .terms import (cispo_terms, entropy_keep, gmpo_terms, gspo_terms, is_weights, kl_penalty_terms, minirl_terms,
                     opsm_keep, ppo_terms, sapo_terms, vespo_terms, weighted_terms, with_kl)
@@ -51,8 +51,8 @@ def _document_mean_scales(x, mask, doc_ids, p):
         return P * 0, torch.zeros_like(x)
     v = P / n
     Ev = v.abs() + EP / n
-    A_P, C_P = 1 / n, rel_factor(v, Ev) / n
-    A_G, C_G = A_P / N, (C_P + A_P * rel_factor(q, Eq)) / N
+    A_P, C_P = 1 / n, 2 / n                                 # P / n and G / N: constants, rho = 2
+    A_G, C_G = A_P / N, (C_P + 2 * A_P) / N
     g = torch.zeros_like(x)
     g[mask] = (A_G + C_G)[unit]
     return Ev, g
@@ -127,7 +127,7 @@ def aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gro
         Ev = v.abs() + Enum / N if N > 0 else v * 0
         A0, C0 = (1.0, 0.0) if root is None else root(v, Ev)
         A_s = torch.full_like(s, 1.0) * A0 / N
-        C_s = torch.full_like(s, 1.0) * (C0 + A0 * rel_factor(v, Ev)) / N
+        C_s = torch.full_like(s, 1.0) * (C0 + 2 * A0) / N       # num / N: a constant, rho = 2
     else:
         # v = (1/n) sum over units u with D_u > 0 of G_u / D_u: the units are the rows (sample_mean:
         # G = the row's sum, D = L_i) or the prompt groups (prompt_mean: G = a sum node over the
@@ -167,8 +167,8 @@ def aggregate_scales(kind, terms, mask, chunk, split=False, *, divisor=None, gro
         v = P / n if n > 0 else P * 0
         Ev = v.abs() + EP / n if n > 0 else v * 0
         A0, C0 = (1.0, 0.0) if root is None else root(v, Ev)
-        A_q, C_q = A0 / n, (C0 + A0 * rel_factor(v, Ev)) / n
-        step_q = C_q + A_q * rel_factor(q, Eq)
+        A_q, C_q = A0 / n, (C0 + 2 * A0) / n                    # P / n and G / D: constants, rho = 2
+        step_q = C_q + 2 * A_q
         A_s, C_s = A_q / Dd, step_q / Dd
         if unit is not None:        # a group's sum passes its cotangent to each of its rows' sums (+1)
             A_s, C_s = A_s[unit], C_s[unit]
@@ -355,7 +355,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
 
             def token_terms(sl):        # l enters each term node (PPO's, CISPO's and VESPO's x) by its one edge dx/dl
                 x, Ex, dx = exact_l(sl)
-                return x, Ex + dx.abs() * El[sl], dx
+                return x, Ex + dx.abs() * El[sl], dx      # Factor.abs() is |m|
 
         # the recipe's factor: OPSM's and the entropy mask's 0, else sg[w^IS]
         sampler = tensors["sampler_logprobs"].detach() if "sampler_logprobs" in tensors else None
@@ -402,7 +402,7 @@ def oracle_scales(formula: str, tensors: dict, params: dict, chunk: int = 8, El=
         def root(v, Ev):
             kb = v * beta
             product.update(value=kb, error=kb.abs() + beta * Ev)
-            return beta, rel_factor(kb, product["error"]) * beta
+            return beta, 2 * beta                       # kl beta: a constant, rho = 2
 
         def kl_terms(sl):
             y, Ey, back, exact = kl(sl)

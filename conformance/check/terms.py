@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from .rounding import (cotangent_to_l, exact_row_sums, float_bits, rel_factor, significant_bits, sum_depth,
+from .rounding import (Factor, cotangent_to_l, exact_row_sums, float_bits, rel_factor, significant_bits, sum_depth,
                        sum_rounding, where64)
 
 
@@ -64,7 +64,8 @@ def cispo_terms(l, old, adv, mask, cap_form, eps_low, eps_high, clamp):
     x = l * m
     Ex = x.abs() + l.abs() * Em
     zero = torch.zeros_like(x)
-    return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
+    return (torch.where(mask, x, zero), torch.where(mask, Ex, zero),
+            Factor(torch.where(mask, m, zero), torch.where(mask, Em, zero)))
 
 
 def vespo_terms(l, old, adv, mask, p, inexact_l=False, sampler=None):
@@ -114,7 +115,8 @@ def vespo_terms(l, old, adv, mask, p, inexact_l=False, sampler=None):
     Em = m.abs() + a.abs() * (phi + Ephi)
     x = l * m
     Ex = x.abs() + l.abs() * Em
-    return torch.where(mask, x, zero), torch.where(mask, Ex, zero), torch.where(mask, m, zero)
+    return (torch.where(mask, x, zero), torch.where(mask, Ex, zero),
+            Factor(torch.where(mask, m, zero), torch.where(mask, Em, zero)))
 
 
 def minirl_terms(l, old, sampler, adv, mask, p):
@@ -138,8 +140,8 @@ def minirl_terms(l, old, sampler, adv, mask, p):
     x = l * m
     Ex = x.abs() + l.abs() * Em
     node = mask & ~dropped
-    return (torch.where(node, x, zero), torch.where(node, Ex, zero), torch.where(node, m, zero),
-            node & (x != 0), node)
+    return (torch.where(node, x, zero), torch.where(node, Ex, zero),
+            Factor(torch.where(node, m, zero), torch.where(node, Em, zero)), node & (x != 0), node)
 
 
 def sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp, El=None):
@@ -170,7 +172,7 @@ def sapo_terms(l, old, adv, mask, tau_pos, tau_neg, clamp, El=None):
 
     def backward(A_x, C_x):
         # G is a fused node that states its derivative's error (dscale)
-        A_G, C_G = A_x * a.abs(), (C_x + A_x * rel_factor(x, Ex)) * a.abs()
+        A_G, C_G = A_x * a.abs(), (C_x + 2 * A_x) * a.abs()      # x = G (-A): the edge -A, rho = 1 + rel(-A) = 2
         live = mask & ~clamped
         return torch.where(live, A_G * slope, zero), torch.where(live, C_G * slope + A_G * dscale, zero)
 
@@ -194,6 +196,18 @@ def _clip_node(v, E, lo, hi):
     return c, torch.where(inside, E, c.abs()), inside
 
 
+def _em1x_rho(x, Ex, e1):
+    """rho of k3's edge e^x - 1 (reference._ad._edge_error, "em1x"): the usual backward of e^x - 1 - x
+    forms it as a e^x - a, from a rounded e^x of an x that errs by E(x): 1 + (2 e^x + |e^x - 1|) /
+    |e^x - 1| + e^x E(x) / |e^x - 1|, 0 where e^x - 1 = 0 (no derivative to err)."""
+    import torch
+
+    em = e1.abs()
+    ex = e1 + 1
+    safe = torch.where(em != 0, em, torch.ones_like(em))
+    return torch.where(em != 0, 1 + (2 * ex + em) / safe + ex * Ex / safe, torch.zeros_like(em))
+
+
 def _k2_nodes(x, Ex):
     """k2 = x x / 2 (reference.kl.k2): the product node m = x x (two edges of |x| to x) and m / 2:
     (k2, E(k2), the pass from k2 back to x)."""
@@ -203,8 +217,8 @@ def _k2_nodes(x, Ex):
     Ey = y.abs() + Em / 2
 
     def back(A, C):
-        A_m, C_m = A / 2, (C + A * rel_factor(y, Ey)) / 2
-        return 2 * x.abs() * A_m, 2 * x.abs() * (C_m + A_m * rel_factor(m, Em))
+        A_m, C_m = A / 2, (C + 2 * A) / 2                 # y = m / 2: a constant, rho = 2
+        return 2 * x.abs() * A_m, 2 * x.abs() * (C_m + A_m * rel_factor(x, Ex))   # m = x x: each edge the other x
 
     return y, Ey, back
 
@@ -223,7 +237,7 @@ def _estimator_nodes(est, x, Ex):
         e1 = torch.expm1(x)
         y = e1 - x
         Ey = torch.exp(x) + e1.abs() + y.abs() + e1.abs() * Ex
-        return y, Ey, lambda A, C: (A * e1.abs(), (C + A * rel_factor(y, Ey)) * e1.abs())
+        return y, Ey, lambda A, C: (A * e1.abs(), (C + A * _em1x_rho(x, Ex, e1)) * e1.abs())
     if est == "abs":                            # |x|: the edge sign(x), 0 at x = 0
         y, s = x.abs(), torch.sign(x).abs()
         Ey = y + s * Ex
@@ -267,9 +281,16 @@ def kl_penalty_terms(l, old, ref, mask, p, El=None):
         slope = torch.where(inside, (w * x).abs(), zero if p["kl_sg_ratio_where_clamped"] else y.abs())
         if El is not None:
             Ey = Ey + slope * El
+        # inside the clamp the fused node states its derivative's error (reference.kl.k3_unbiased's dscale):
+        # the chain rule's w k3(x) - w (e^x - 1), each product's error and their difference's rounding
+        e_w = w * (1 + d.abs())
+        e_k = torch.exp(xc) + e1.abs() + k.abs() + e1.abs() * xc.abs()
+        ex = torch.exp(x)
+        dscale = k.abs() * e_w + w * e_k + w * (ex * (2 + x.abs()) + (ex - 1).abs()) + (ex - 1).abs() * e_w \
+            + (w * x).abs()
 
         def to_l(A, C):
-            return A * slope, (C + A * rel_factor(y, Ey)) * slope
+            return A * slope, torch.where(inside, C * slope + A * dscale, (C + A * rel_factor(y, Ey)) * slope)
     elif est == "k3_straight_through":
         v, Ev, _ = _estimator_nodes("k3", xc, Exc)
         v, Ev, v_kept = _clip_node(v, Ev, p["kl_output_min"], p["kl_output_max"])
@@ -323,7 +344,7 @@ def with_kl(policy, kl, mask, beta):
     def backward(A, C):
         # the term's edges of +1 pass (A, C) on to pg and to kl beta
         A_p, C_p = cotangent_to_l(dp, xp, Ep, A, C)
-        A_k, C_k = kl_back(A * beta, (C + A * rel_factor(kb, Ekb)) * beta)
+        A_k, C_k = kl_back(A * beta, (C + 2 * A) * beta)       # kl beta: a constant, rho = 2
         return torch.where(mask, A_p + A_k, zero), torch.where(mask, C_p + C_k, zero)
 
     return x, Ex, backward, mask & ((x != 0) | (kb != 0))
@@ -396,7 +417,7 @@ def weighted_terms(policy, weights, keep, mask):
         if w is None:
             A_p, C_p = torch.where(node, A, zero), torch.where(node, C, zero)
         else:
-            A_p, C_p = A * w, (C + A * rel_factor(xw, Exw)) * w
+            A_p, C_p = A * w, (C + A * rel_factor(w, Ew)) * w        # x w: the edge w, rho = 1 + rel(w)
         return cotangent_to_l(dp, x, Ex, A_p, C_p)
 
     if w is not None:           # a product with an IS weight is inexact unless the weight is a bound
@@ -499,16 +520,15 @@ def gspo_terms(l, old, adv, mask, eps_low, eps_high, log_ratio_max=None, El=None
     def backward(A_tok, C_tok):
         # the row's sum reaches x by its L tokens' edges of +1
         A_x, C_x = torch.where(mask, A_tok, 0.0).sum(-1), torch.where(mask, C_tok, 0.0).sum(-1)
-        rel_x, rel_p1 = rel_factor(x, Ex), rel_factor(p1, Ep1)
         # tie: half to p1 and to p2, each then -A to s (p2 too where it is s (-A), inside)
         A_p = torch.where(tie, A_x / 2, A_x)
-        C_p = torch.where(tie, (C_x + A_x * rel_x) / 2, C_x)
+        C_p = torch.where(tie, C_x / 2, C_x)                  # the tie's edges of 1/2 are exact
         paths = torch.where(tie & inside, 2.0, torch.where(tie | first, 1.0, 0.0))
         A_s = paths * A_p * a.abs()
-        C_s = paths * (C_p + A_p * rel_p1) * a.abs()
+        C_s = paths * (C_p + 2 * A_p) * a.abs()                # s (-A): the edge -A, rho = 2
         A_mu, C_mu = A_s * sv, (C_s + A_s * rel_factor(sv, Es)) * sv
         A_mu, C_mu = torch.where(uncapped, A_mu, 0.0), torch.where(uncapped, C_mu, 0.0)
-        A_l, C_l = (A_mu / Ld).unsqueeze(-1), ((C_mu + A_mu * rel_factor(mu, Emu)) / Ld).unsqueeze(-1)
+        A_l, C_l = (A_mu / Ld).unsqueeze(-1), ((C_mu + 2 * A_mu) / Ld).unsqueeze(-1)     # the edges 1/L, rho = 2
         return torch.where(live, A_l, zero), torch.where(live, C_l, zero)
 
     xt = torch.where(mask, x.unsqueeze(-1).expand_as(l), zero)
@@ -546,7 +566,6 @@ def gmpo_terms(l, old, adv, mask, eps_low, eps_high):
     bound = torch.where(a > 0, torch.full_like(d, hi), torch.full_like(d, lo))     # float64, as the parameters are
     z = torch.where(live, d, bound)
     Ez = torch.where(inside, 2 * d.abs(), z.abs())
-    rel_z = rel_factor(z, Ez)
     z, Ez = torch.where(mask, z, zero), torch.where(mask, Ez, zero)
     L = mask.sum(-1)
     Ld = torch.clamp(L, min=1).double()
@@ -563,11 +582,11 @@ def gmpo_terms(l, old, adv, mask, eps_low, eps_high):
     def backward(A_tok, C_tok):
         # the row's sum reaches x by its L tokens' edges of +1
         A_x, C_x = torch.where(mask, A_tok, 0.0).sum(-1), torch.where(mask, C_tok, 0.0).sum(-1)
-        A_e, C_e = A_x * adv.abs(), (C_x + A_x * rel_factor(x, Ex)) * adv.abs()
+        A_e, C_e = A_x * adv.abs(), (C_x + 2 * A_x) * adv.abs()          # e (-A): the edge -A, rho = 2
         A_q, C_q = A_e * e, (C_e + A_e * rel_factor(e, Ee)) * e
-        A_S, C_S = A_q / Ld, (C_q + A_q * rel_factor(q, Eq)) / Ld
+        A_S, C_S = A_q / Ld, (C_q + 2 * A_q) / Ld                        # S / L: rho = 2
         A_S, C_S = A_S.unsqueeze(-1), C_S.unsqueeze(-1)
-        C_d = torch.where(inside, C_S + A_S * rel_z, C_S)      # the tie's edges of 1/2
+        C_d = C_S                                               # the tie's edges of 1/2 are exact
         return torch.where(mask & live, A_S, zero), torch.where(mask & live, C_d, zero)
 
     xt = torch.where(mask, x.unsqueeze(-1).expand_as(l), zero)

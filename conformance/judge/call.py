@@ -53,10 +53,11 @@ def objective(out, mask):
     return out.sum()
 
 
-def call(adapter, formula_id: str, tensors: dict, params: dict):
+def call(adapter, formula_id: str, tensors: dict, params: dict, unconnected: list | None = None):
     """(outputs, gradients) of the adapter's formula on ``tensors``: the adapter's own gradients
     when it returns them (``out["grad"]``), else autograd of ``objective`` of the ``grad_of``
-    output with respect to every differentiable input given (zeros where unused)."""
+    output with respect to every differentiable input given (zeros where unused; the names of
+    those inputs are appended to ``unconnected`` when a list is given)."""
     import torch
 
     f = REGISTRY[formula_id]
@@ -65,7 +66,20 @@ def call(adapter, formula_id: str, tensors: dict, params: dict):
         grads = out.get("grad")
         diff = [n for n in f.differentiable if n in tensors]
         if grads is None and diff and f.grad_of in out:
-            obj = objective(out[f.grad_of], tensors.get("mask"))
-            got = torch.autograd.grad(obj, [tensors[n] for n in diff], allow_unused=True)
+            got = autograd(out[f.grad_of], tensors, diff)
             grads = {n: (g if g is not None else torch.zeros_like(tensors[n])) for n, g in zip(diff, got)}
+            if unconnected is not None:
+                unconnected.extend(n for n, g in zip(diff, got) if g is None)
     return out, grads or {}
+
+
+def autograd(out, tensors: dict, names: list) -> list:
+    """The gradients of ``objective(out)`` with respect to ``tensors[name]`` for each of ``names``: a
+    tensor, or None for an input the output has no autograd path to (all None when the output does
+    not require grad at all: detached, or computed under no_grad)."""
+    import torch
+
+    obj = objective(out, tensors.get("mask"))
+    if not (isinstance(obj, torch.Tensor) and obj.requires_grad):
+        return [None] * len(names)
+    return list(torch.autograd.grad(obj, [tensors[n] for n in names], allow_unused=True))

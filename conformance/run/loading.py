@@ -21,6 +21,10 @@ BUILTIN_ADAPTERS = {
     "slime": "pgspec.adapters.slime:make_adapter",
     "megatron": "pgspec.adapters.megatron:make_adapter",
     "fast_llm": "pgspec.adapters.fast_llm:make_adapter",
+    "oat": "pgspec.adapters.oat:make_adapter",
+    "torchtune": "pgspec.adapters.torchtune:make_adapter",
+    "unsloth": "pgspec.adapters.unsloth:make_adapter",
+    "ms_swift": "pgspec.adapters.ms_swift:make_adapter",
 }
 
 

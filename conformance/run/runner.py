@@ -16,6 +16,8 @@ import traceback
 import copy
 from dataclasses import dataclass, field, fields
 
+from mpmath import mpf
+
 from pgspec.reference import REGISTRY
 
 from ..judge import compare
@@ -29,7 +31,6 @@ from .origin import ORIGIN_TEXT, exception_record
 from .outputs import (ACCEPTED_DTYPES, MalformedOutput, _short, check_grads, check_outputs,  # noqa: F401
                       float16_inexact)
 from ..judge.compare import TORCH_DTYPES, to_tensors  # noqa: F401 - the call convention, re-exported
-from ..judge.compare import objective as _objective
 
 @dataclass
 class CaseResult:
@@ -470,8 +471,14 @@ def _call_case(adapter, case, dtype, device, result):
             grads = out.get("grad")
             diff = [n for n in f.differentiable if n in tensors]
             if grads is None and diff and f.grad_of in out:
-                objective = _objective(out[f.grad_of], tensors.get("mask"))
-                got = torch.autograd.grad(objective, [tensors[n] for n in diff], allow_unused=True)
+                got = compare.autograd(out[f.grad_of], tensors, diff)
+                unconnected = [n for n, g in zip(diff, got) if g is None and _nonzero(case["grad"].get(n))]
+                if unconnected:
+                    raise MalformedOutput(
+                        f"not connected: output {f.grad_of!r} has no autograd path to input(s) "
+                        f"{', '.join(repr(n) for n in unconnected)} (torch.autograd.grad reports them unused), "
+                        f"but the reference gradient with respect to them is non-zero: the output is detached "
+                        f"from those inputs (a .detach(), .item(), no_grad or a copy through numpy)")
                 grads = {n: (g if g is not None else torch.zeros_like(tensors[n])) for n, g in zip(diff, got)}
             check_grads(f, dtype, tensors, grads)
     except MalformedOutput as e:
@@ -495,6 +502,16 @@ def _call_case(adapter, case, dtype, device, result):
     missing = [key for key, _, got in checks if got is None and key != primary and not key.startswith("grad.")]
     present = [c for c in checks if c[0] not in missing]
     return _Pending(case, f.family, dtype, result, present, missing)
+
+
+def _nonzero(ref) -> bool:
+    """Whether a reference gradient (nested lists of decimal strings, None at masked positions) has
+    a non-zero element: where it has none, an input the output does not depend on is correct."""
+    if isinstance(ref, list):
+        return any(_nonzero(x) for x in ref)
+    if ref is None or isinstance(ref, bool):
+        return False
+    return mpf(ref) != 0
 
 
 _NOT_GATHERED = object()

@@ -364,3 +364,27 @@ def opsm_sequence_gate_on_token_advantages(case: dict) -> bool:
         return params.get("advantage_gate") == "sequence_mean" and per_token_advantages(case)
     return (params.get("opsm_delta") is not None and params.get("opsm_advantage_gate") == "sequence_mean"
             and per_token_advantages(case))
+
+
+def mask_gaps(case: dict) -> bool:
+    """Some row of ``mask`` has a masked token between two unmasked ones (its unmasked tokens are not
+    one contiguous run)."""
+    for row in _rows(_mask(case)):
+        on = [t for t, m in enumerate(row) if m]
+        if on and on[-1] - on[0] + 1 != len(on):
+            return True
+    return False
+
+
+def eps_asymmetric(case: dict) -> bool:
+    """The case's formula has both ``eps_low`` and ``eps_high`` and their values (registry defaults
+    where unset) differ."""
+    from ..corpus.inputs import resolved_params
+
+    p = resolved_params(case)
+    if "eps_low" not in p or "eps_high" not in p:
+        return False
+    lo, hi = p["eps_low"], p["eps_high"]
+    if lo is None or hi is None:
+        return lo is not hi
+    return _real(lo) != _real(hi)

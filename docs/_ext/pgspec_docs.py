@@ -344,7 +344,8 @@ def _details(v: dict):
         if parts:
             parts.append(nodes.Text("; "))
         parts.append(nodes.strong(rule.get("kind", ""), rule.get("kind", "")))
-        parts.append(nodes.Text(f" ({rule.get('cases', '?')} cases): {rule.get('reason', '')} "))
+        n = rule.get("cases", "?")
+        parts.append(nodes.Text(f" ({n} case{'' if n == 1 else 's'}): {rule.get('reason', '')} "))
         link = rule.get("link", "")
         if link.startswith(("http://", "https://")):
             parts.append(_link("source", link))
@@ -378,7 +379,7 @@ class FormulaConformanceDirective(SphinxDirective):
             out.append(nodes.admonition("", nodes.title("", "No conformance results yet"), _para(
                 nodes.Text(f"The verdicts file {shown} is absent, so this page shows the definitions only. "
                            "It is written by "), nodes.literal("", "python -m pgspec.conformance.matrix"),
-                nodes.Text(" from the committed conformance reports (README, \"Framework conformance\")."))))
+                nodes.Text(" from the committed conformance reports (docs/running.md, \"Framework conformance\")."))))
         frameworks = (data or {}).get("frameworks", {})
         for f in formulas:
             section_id = nodes.make_id(conformance_label(f.id))
@@ -397,7 +398,9 @@ class FormulaConformanceDirective(SphinxDirective):
                 section += _para(nodes.Text("At production size, against the float64 oracle: "),
                                  nodes.literal("", f"pgspec check --formula {f.id}"), nodes.Text(" (it needs "),
                                  nodes.literal("", check.oracle_needs(f.id)),
-                                 nodes.Text("; README, \"Golden verify, comparison and production-size checks\")."))
+                                 nodes.Text("; "), pending_xref("", nodes.inline("", "production-size checks"), refdomain="std",
+                                                                reftype="ref", reftarget="production-checks", refexplicit=True,
+                                                                refwarn=True), nodes.Text(")."))
             if data is not None:
                 row = data.get("formulas", {}).get(f.id, {})
                 from pgspec.conformance.verdicts.cells import validation_text

@@ -1,0 +1,198 @@
+"""NeMo-RL: a NaN or inf at a masked position makes the loss NaN (`masked_mean` multiplies by the mask).
+
+Framework: NeMo-RL main 7ea279ab (2026-08-22), nemo_rl/algorithms/utils.py `masked_mean`, used by
+`ClippedPGLossFn` for every reduction:
+Source: https://github.com/NVIDIA-NeMo/RL/blob/7ea279abfbeb698b092856d0dab61e7cf39bc909/nemo_rl/algorithms/utils.py#L224
+Spec: `loss.bnpo` (pgspec spec/loss.md#loss.bnpo): L = sum_{i,t} m_{i,t} l_{i,t} / sum m, with
+l = -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A), r = exp(l - l_old); masked positions are excluded,
+never multiplied by 0 (spec/agg.md#agg.token_mean).
+Input: logprobs = [[-1, NaN]], prev_logprobs = [[-1.1, -1]], advantages = [[1, 1]], token_mask = [[1, 0]],
+ratio_clip 0.2/0.2, token_level_loss = True, KL off.
+Expected: loss -e^0.1 = -1.105171, gradient (-1.105171, 0).
+Got: loss NaN and a NaN gradient at the masked position: `masked_mean` computes sum(values * mask) / (D + 1e-8), NaN * 0 = NaN.
+Fix: select, twice: `torch.where(mask.bool(), values, 0)` in place of `values * mask` in masked_mean (the
+value), and `log_ratios = torch.where(mask.bool(), curr_logprobs - prev_logprobs, 0.0)` before the exponential
+in ClippedPGLossFn (the gradient: with masked_mean alone the zero cotangent still meets exp(NaN) there).
+pgspec rule: adapters/nemo_rl/deviations.toml, cause masked-nonfinite (surrogate.*, loss.*, kl.k3_unbiased,
+dist.accumulate on masked NaN/inf).
+
+Run: python findings/nemo_rl/masked-mean-masked-nonfinite.py /path/to/NeMo-RL  (or FINDINGS_SOURCE=/path/to/NeMo-RL). Exit 0: the
+bug reproduces; 1: fixed; 2: could not run. NeMo-RL's loss code is not pip-installable (PyPI's nemo-rl is
+a placeholder), so the script executes nemo_rl/algorithms/loss/loss_functions.py, loss/interfaces.py and
+algorithms/utils.py from the checkout, with torch, pydantic and numpy. Stand-ins (written inline below):
+package shells for the nemo_rl packages (their __init__ files, which import ray, megatron and the model
+stack, are not run); modules whose every name refuses to be called for the imports those files use only
+for other losses and tokenizers (x_token.loss_utils, distributed.model_utils, models.dtensor.parallelize,
+data.chat_templates, models.policy, utils.fastokens, utils.logger, models.huggingface.common); a plain dict
+for BatchedDataDict; transformers' tokenizer names when transformers is missing.
+"""
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+
+def checkout():
+    src = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("FINDINGS_SOURCE")
+    if not src:
+        raise RuntimeError("give the NeMo-RL checkout as the first argument or in FINDINGS_SOURCE")
+    if not (Path(src) / "nemo_rl/algorithms/loss/loss_functions.py").is_file():
+        raise RuntimeError(f"{src} is not a NeMo-RL checkout (no nemo_rl/algorithms/loss/loss_functions.py)")
+    return Path(src)
+
+
+def commit(src):
+    try:
+        out = subprocess.run(["git", "-C", str(src), "rev-parse", "--short=8", "HEAD"], capture_output=True, text=True)
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _module(name, path=None, **attrs):
+    mod = types.ModuleType(name)
+    mod.__dict__.update(attrs)
+    mod.__path__ = [str(path)] if path else []
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    if path:
+        mod.__spec__.submodule_search_locations = [str(path)]
+    sys.modules[name] = mod
+    parent, _, child = name.rpartition(".")
+    if parent in sys.modules:
+        setattr(sys.modules[parent], child, mod)
+    return mod
+
+
+class _Unused:
+    """A name the loss code imports but this script's path never uses: calling it raises."""
+
+    def __init__(self, *a, **k):
+        raise RuntimeError(f"{type(self).__name__} is a stand-in the loss path was not expected to use")
+
+    def __class_getitem__(cls, item):
+        return cls
+
+
+def _refusing(name):
+    mod = _module(name)
+
+    def __getattr__(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        cls = type(attr, (_Unused,), {})
+        setattr(mod, attr, cls)
+        return cls
+
+    mod.__getattr__ = __getattr__
+    return mod
+
+
+def load_nemo_rl(src):
+    """(loss_functions, utils) executed from the checkout; package __init__ files are not run."""
+    root = src / "nemo_rl"
+    for name in ("nemo_rl", "nemo_rl.algorithms", "nemo_rl.algorithms.loss", "nemo_rl.algorithms.x_token",
+                 "nemo_rl.distributed", "nemo_rl.models", "nemo_rl.models.dtensor", "nemo_rl.models.automodel",
+                 "nemo_rl.models.huggingface", "nemo_rl.data", "nemo_rl.utils"):
+        _module(name, root.joinpath(*name.split(".")[1:]))
+    for name in ("nemo_rl.algorithms.x_token.loss_utils", "nemo_rl.distributed.model_utils",
+                 "nemo_rl.models.dtensor.parallelize", "nemo_rl.data.chat_templates", "nemo_rl.models.policy",
+                 "nemo_rl.utils.fastokens", "nemo_rl.utils.logger", "nemo_rl.models.huggingface.common"):
+        _refusing(name)
+    sys.modules["nemo_rl.models.dtensor.parallelize"].to_local_if_dtensor = lambda t: t
+
+    class BatchedDataDict(dict):
+        """The loss only indexes its data argument: a plain dict."""
+
+        def __class_getitem__(cls, item):
+            return cls
+
+        def get_batch(self, batch_idx, batch_size):
+            return self
+
+    _module("nemo_rl.distributed.batched_data_dict", BatchedDataDict=BatchedDataDict)
+    if importlib.util.find_spec("transformers") is None:
+        _module("transformers", AutoProcessor=_Unused, AutoTokenizer=_Unused, PreTrainedTokenizerBase=_Unused)
+    lf = importlib.import_module("nemo_rl.algorithms.loss.loss_functions")
+    ut = importlib.import_module("nemo_rl.algorithms.utils")
+    return lf, ut
+
+
+# the full key set of the TypedDict config of older revisions (PR #2269 head); main's is a pydantic model
+_DICT_DEFAULTS = dict(
+    reference_policy_kl_penalty=0.0, reference_policy_kl_type="k3", kl_input_clamp_value=20.0,
+    kl_output_clamp_value=10.0, ratio_clip_min=0.2, ratio_clip_max=0.2, ratio_clip_c=None,
+    use_on_policy_kl_approximation=False, use_importance_sampling_correction=False,
+    truncated_importance_sampling_ratio=None, truncated_importance_sampling_type=None,
+    truncated_importance_sampling_ratio_min=None, token_level_loss=True, sequence_level_importance_ratios=False,
+    disable_ppo_ratio=False, force_on_policy_ratio=False, use_kl_in_reward=False, use_cispo=False,
+)
+
+
+def loss_fn(lf, **cfg):
+    """ClippedPGLossFn with these config fields, the others at NeMo-RL's defaults (the KL off unless given)."""
+    cfg.setdefault("reference_policy_kl_penalty", 0.0)
+    config_cls = lf.ClippedPGLossConfig
+    if hasattr(config_cls, "model_fields"):  # pydantic (main)
+        return lf.ClippedPGLossFn(config_cls(**cfg))
+    return lf.ClippedPGLossFn({k: v for k, v in (_DICT_DEFAULTS | cfg).items() if k in config_cls.__annotations__})
+
+
+def run_loss(fn, lp, old, mask, adv, *, gen=None, ref=None, valid_seqs=None, valid_toks=None):
+    """Call ClippedPGLossFn as NeMo-RL's workers do: data columns start with a prompt column the loss skips."""
+    import torch
+
+    def pad(x):
+        return torch.cat([torch.zeros_like(x[:, :1]), x], dim=1)
+
+    dt = lp.dtype
+    data = {"token_mask": pad(mask.to(dt)), "sample_mask": torch.ones(mask.shape[0], dtype=dt),
+            "advantages": pad(adv.to(dt)), "prev_logprobs": pad(old.to(dt)),
+            "generation_logprobs": pad((old if gen is None else gen).to(dt)),
+            "reference_policy_logprobs": pad((old if ref is None else ref).to(dt))}
+    seqs = float(mask.shape[0]) if valid_seqs is None else valid_seqs
+    toks = float(mask.sum()) if valid_toks is None else valid_toks
+    loss, _ = fn(lp, data, global_valid_seqs=torch.tensor(seqs, dtype=dt), global_valid_toks=torch.tensor(toks, dtype=dt))
+    return loss
+
+
+def main():
+    import torch
+
+    src = checkout()
+    lf, _ = load_nemo_rl(src)
+    old = torch.tensor([[-1.1, -1.0]])
+    adv = torch.tensor([[1.0, 1.0]])
+    mask = torch.tensor([[1.0, 0.0]])
+    eps = 0.2
+    # expected, from the spec in float64: the token mean over the unmasked token
+    lp64 = torch.tensor([[-1.0, float("nan")]], dtype=torch.float64, requires_grad=True)
+    m = mask.bool()
+    r = torch.exp(lp64[m] - old.double()[m])
+    a = adv.double()[m]
+    expected = (-torch.min(r * a, r.clamp(1 - eps, 1 + eps) * a)).mean()
+    expected.backward()
+    exp_grad = lp64.grad[0].tolist()
+    lp = torch.tensor([[-1.0, float("nan")]], requires_grad=True)
+    loss = run_loss(loss_fn(lf, ratio_clip_min=eps, ratio_clip_max=eps, token_level_loss=True), lp, old, mask, adv)
+    loss.backward()
+    got, got_grad = loss.item(), lp.grad[0].tolist()
+    what = (f"NeMo-RL {commit(src)} ClippedPGLossFn with a NaN log-prob at a masked position (expected loss "
+            f"{expected.item():.6g}, gradient {[round(v, 6) for v in exp_grad]}; got loss {got:.6g}, gradient "
+            f"{[round(v, 6) for v in got_grad]})")
+    if abs(got - expected.item()) <= 1e-5 and all(abs(x - y) <= 1e-5 for x, y in zip(got_grad, exp_grad)):
+        print(f"FIXED: {what}")
+        return 1
+    print(f"REPRODUCED: {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as e:  # noqa: BLE001 - any failure to run is exit 2, on one line
+        print(f"ERROR: {type(e).__name__}: {e}".replace("\n", " "))
+        sys.exit(2)
