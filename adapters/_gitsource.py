@@ -10,7 +10,7 @@ variable (``PGSPEC_<NAME>_SOURCE``).  This module holds what the four adapters s
   written for: a different blob still runs, and the version string names the files that differ;
 - thin stand-in modules (``package_shell``, ``stand_in``) for imports of the executed files that
   the loss code never uses.  They are registered in ``sys.modules`` of the adapter's own process
-  only: these adapters always run in a worker process (``pgspec.conformance.isolated``), so no
+  only: these adapters always run in a worker process (``pgspec.conformance.run.isolated``), so no
   stand-in reaches another adapter.
 
 Nothing here contains or copies framework code.

@@ -11,7 +11,7 @@ backward kernel, say).
 What an adapter knows about its framework's differences from the spec lives in
 ``adapters/<name>/deviations.toml``: ``[[unsupported]]`` formulas, ``[[capability]]`` parameter
 domains and ``[[rule]]`` root causes.  The format, the classification order and the policy are
-normative: spec/verdicts.md; the reader is ``pgspec.conformance.declarations``.
+normative: spec/verdicts.md; the reader is ``pgspec.conformance.verdicts.declarations``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,20 @@ from pathlib import Path
 from typing import Callable, ClassVar
 
 
+class Unsupported(Exception):
+    """The adapter lacks a formula (or dtype) the property needs (raised by an adapter's formula,
+    or by a property; also importable as ``pgspec.conformance.properties.Unsupported``)."""
+
+
+# The token losses that `pgspec check --vocab V` computes from hidden states and an LM head
+# (conformance/check/head_loss.py HEAD_PROTOCOL): the formulas an adapter's fused ``heads`` may hold.
+HEAD_LOSS_FORMULAS = ("loss.grpo", "loss.bnpo", "loss.dr_grpo", "loss.dapo", "loss.cispo", "loss.gspo", "loss.luspo",
+                      "loss.sapo", "loss.vespo")
+
+
 def load_deviations(path: Path):
     """Read and check an adapter's declarations file (spec/verdicts.md)."""
-    from pgspec.conformance.declarations import load
+    from pgspec.conformance.verdicts.declarations import load
 
     return load(path)
 
@@ -49,7 +60,7 @@ def spec_param(params: dict, fid: str, name: str):
 
 
 def _no_declarations():
-    from pgspec.conformance.declarations import Declarations
+    from pgspec.conformance.verdicts.declarations import Declarations
 
     return Declarations()
 

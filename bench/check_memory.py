@@ -1,4 +1,4 @@
-"""Peak resident memory of `pgspec check` against conformance/check_memory.py's estimate (issue 39).
+"""Peak resident memory of `pgspec check` against conformance/check/memory.py's estimate (issue 39).
 
 Runs each check in a fresh process under /usr/bin/time and prints, per formula and shape, the peak
 resident memory above that of a 2x64 check, the estimate, and their ratio (the estimate must stay
@@ -21,7 +21,7 @@ def peak_mib(argv: list[str]) -> float:
 
 
 def main() -> int:
-    from pgspec.conformance.check_memory import estimate_bytes
+    from pgspec.conformance.check.memory import estimate_bytes
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--shape", default="16x16384")

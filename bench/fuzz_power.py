@@ -41,12 +41,12 @@ sys.path.insert(0, sys.argv[4])
 import mutation_score as ms
 import torch
 torch.set_num_threads(1)
-from pgspec.conformance import golden
+from pgspec.conformance.corpus import golden
 def _no_golden(*a, **k):
     raise AssertionError("the fuzzer read the golden files")
 golden.load_all = _no_golden
 golden.load_family = _no_golden
-from pgspec.conformance.loading import load_adapter
+from pgspec.conformance.run.loading import load_adapter
 from pgspec.conformance.fuzz import engine, judge
 oracle = load_adapter("torch")                      # unmutated: the fuzzer's float64 oracle
 judge.set_oracle(oracle)

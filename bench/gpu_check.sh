@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # pgspec on CUDA at production size (issues 12 and 41), as one script for one GPU session (15 minutes of an H200):
 #
-# - the fused float64 log-prob oracle (conformance/check_logprob_fused.py): its agreement with the torch oracle on
+# - the fused float64 log-prob oracle (conformance/check/logprob_fused.py): its agreement with the torch oracle on
 #   the GPU's compiled kernels, and its time beside TRL's kernel at 256 x 32768, V = 151936
 #   (bench/logprob_oracle_cost.py; issue 41's goal: oracle / kernel <= 1);
 # - `pgspec check` of TRL's chunked log-prob kernel and of the log-prob step of Liger's fused linear loss at
-#   V = 151936 (conformance/check_logprob.py, the fused oracle now), Liger's fused linear losses from hidden states
+#   V = 151936 (conformance/check/logprob.py, the fused oracle now), Liger's fused linear losses from hidden states
 #   (loss.grpo with and without its KL term, loss.gspo, loss.sapo, loss.vespo with the sampler's log-probs;
-#   conformance/check_head_loss.py), triton_grpo_loss on the head's logits, and both Liger kernels on every loss
+#   conformance/check/head_loss.py), triton_grpo_loss on the head's logits, and both Liger kernels on every loss
 #   type through the vocabulary-of-two construction (adapters/liger/construct.py), each in float32 and bfloat16
 #   (one step for both: one evaluation of the oracle);
 # - `pgspec run --device cuda` of the golden corpus for the built-in backend and for Liger.
@@ -141,7 +141,7 @@ step "trl-logprob-$LPS_TRL" "$LIMIT" check --formula logprob.token --vocab "$V" 
 step "liger-logprob-$LPS_LIGER" "$LIMIT_BIG" check --formula logprob.token --vocab "$V" "${HID[@]}" --shape "$LPS_LIGER" \
     --adapter "$LIGER_FUSED" "${BOTH[@]}" --device "$DEV"
 
-# 3. LigerFusedLinearGRPOLoss whole at V (conformance/check_head_loss.py): without and with its KL term (k3,
+# 3. LigerFusedLinearGRPOLoss whole at V (conformance/check/head_loss.py): without and with its KL term (k3,
 # beta = 0.04: ref_per_token_logps), the sequence-level GSPO and SAPO, and VESPO with the sampler's log-probs folded
 # into phi (vllm_is_ratio; float32 judges phi)
 no_interp

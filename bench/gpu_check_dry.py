@@ -38,7 +38,8 @@ def make_standin():
     that is not installed here."""
     import torch
 
-    from pgspec.conformance import check_head_loss, runner
+    from pgspec.conformance.check import head_loss as check_head_loss
+    from pgspec.conformance.run import runner
 
     backend = runner.load_adapter("torch")
     a = copy.copy(backend)
@@ -78,7 +79,7 @@ def _adapter(args: list[str]) -> str:
 
 
 def _runs_here(spec: str) -> tuple[bool, str]:
-    from pgspec.conformance import runner
+    from pgspec.conformance.run import runner
 
     try:
         a = runner.load_adapter(spec)

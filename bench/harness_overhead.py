@@ -26,8 +26,8 @@ methods (``call``, ``available``, ``device_available``, ``capabilities``) and ``
 
 Two things are cached on disk between runs (under PGSPEC_CACHE): the reference results of the
 property checks' fixed examples, with their preparation for the comparison (see
-conformance/properties/_common.py), and each golden file's prepared references, named by the file's
-sha256 (conformance/compare.py); ``--cold`` runs with an empty cache (PGSPEC_CACHE set to a new
+conformance/run/properties/_common.py), and each golden file's prepared references, named by the file's
+sha256 (conformance/judge/compare.py); ``--cold`` runs with an empty cache (PGSPEC_CACHE set to a new
 temporary directory) to show the first run's cost.
 """
 
@@ -184,10 +184,11 @@ def main() -> int:
     # gcpause.RunCollector).  Importing torch first instead would cost a collector pass over all of
     # torch's objects while pgspec's modules are imported (about 0.17 s), which no user's run pays.
     from pgspec.conformance import cli
-    from pgspec.conformance.gcpause import gc_paused
+    from pgspec.conformance.base.gcpause import gc_paused
 
     with gc_paused():
-        from pgspec.conformance import compare, runner
+        from pgspec.conformance.judge import compare
+        from pgspec.conformance.run import runner
 
     inside = {"call": 0.0, "backward": 0.0, "methods": 0.0, "calls": 0, "cpu": 0.0}
     torch_import = {}       # the import of torch, timed where the run makes it: loading the adapter

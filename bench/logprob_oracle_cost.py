@@ -1,5 +1,5 @@
 """Cost of the float64 log-prob oracle of `pgspec check --formula logprob.token --vocab V`
-(conformance/check_logprob.py) beside the kernel it checks.
+(conformance/check/logprob.py) beside the kernel it checks.
 
     python bench/logprob_oracle_cost.py [--shape 1x256] [--vocab 151936] [--hidden 64] [--repeat 3]
         [--device cpu] [--oracle torch,fused] [--adapter torch] [--dtype bfloat16] [--steps]
@@ -18,7 +18,7 @@ positions (Triton's compilation, a framework's first call):
   in ``--dtype``; and the ratio of each oracle's time to it (issue 41's goal: fused / kernel <= 1
   at 256 x 32768, V = 151936, on one H200);
 - with ``--compare``, the agreement of the fused oracle with the torch one on these positions
-  (``check_logprob_fused.agreement``: values within 2 K u64 S, scales within 2 (V + 16) u64 relative, as
+  (``check_logprob.agreement``: values within 2 K u64 S, scales within 2 (V + 16) u64 relative, as
   tests/test_check_logprob_fused.py requires under the interpreter), exit status 1 if they disagree: the
   compiled kernels on the GPU, which the CPU tests cannot reach;
 - with ``--steps``, the torch oracle's steps for one chunk of all the positions: the logits, the
@@ -78,7 +78,10 @@ def main() -> int:
 
     import torch
 
-    from pgspec.conformance import check, check_logprob as lp, check_logprob_fused as fused, compare, runner
+    from pgspec.conformance import check
+    from pgspec.conformance.check import logprob as lp, logprob_fused as fused
+    from pgspec.conformance.judge import compare
+    from pgspec.conformance.run import runner
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("--device cuda: no CUDA device is available", file=sys.stderr)
@@ -137,9 +140,9 @@ def main() -> int:
         head = getattr(adapter, "heads", {}).get(lp.FORMULA)
         y = torch.as_tensor(arrays["targets"], device=args.device)
         m = torch.as_tensor(arrays["mask"], device=args.device)
-        check._logprob_work(adapter, head, warm, torch.as_tensor(warm["targets"], device=args.device),
+        check.composites._logprob_work(adapter, head, warm, torch.as_tensor(warm["targets"], device=args.device),
                             torch.as_tensor(warm["mask"], device=args.device), params, args.dtype, args.device)()
-        work = check._logprob_work(adapter, head, arrays, y, m, params, args.dtype, args.device)
+        work = check.composites._logprob_work(adapter, head, arrays, y, m, params, args.dtype, args.device)
         k = best(work)
         line(f"kernel {adapter.name} ({'head' if head else 'logits'}, {args.dtype})", k, n_pos)
         for o, s in times.items():
@@ -150,7 +153,7 @@ def main() -> int:
         if not ok:
             print(f"--compare: the fused oracle is unavailable: {why}", file=sys.stderr)
             return 2
-        a = fused.agreement(arrays, params, args.device, **fused_kw)
+        a = lp.agreement(arrays, params, args.device, **fused_kw)
         print(f"fused vs torch oracle: |difference| / (2 K u64 S): logprobs {a['logprobs']:.3g}, grad {a['grad']:.3g} "
               f"(<= 1); scales' relative difference: E(l) {a['E(l)']:.3g}, S(grad) {a['S(grad)']:.3g}, "
               f"P {a['P']:.3g} (<= {a['scale_tol']:.3g}): {'agree' if a['ok'] else 'DISAGREE'}")

@@ -275,7 +275,7 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(source, module.__file__, "exec"), module.__dict__)
 
 sys.meta_path.insert(0, Finder())
-from pgspec.conformance import runner, properties
+from pgspec.conformance.run import runner, properties
 fam = {"is_": "is"}.get(family, family)
 adapter = runner.load_adapter("torch")          # with its own declarations, as `pgspec run` judges it
 globs = f"{fam}.*,loss.*"

@@ -25,8 +25,8 @@ def main():
     ap.add_argument("--no-reference", action="store_true")
     args = ap.parse_args()
 
-    from pgspec.conformance import properties as P
-    from pgspec.conformance import runner
+    from pgspec.conformance.run import properties as P
+    from pgspec.conformance.run import runner
 
     adapter = runner.load_adapter(args.adapter)
     print(f"adapter {adapter.name} ({adapter.version}), device {args.device}, {os.cpu_count()} CPU(s)")

@@ -25,7 +25,7 @@ TARGETS = {"run": (20.0, 2048.0), "generate": (120.0, 2048.0)}
 COMMANDS = {
     "run": [sys.executable, "-m", "pgspec.conformance.cli", "run"],
     "generate": [sys.executable, "-c",
-                 "from pgspec.conformance import golden; files = golden.generate_all(); "
+                 "from pgspec.conformance.corpus import golden; files = golden.generate_all(); "
                  "print(len(files), 'files,', sum(len(d) for d in files.values()) // 1024, 'KiB')"],
 }
 

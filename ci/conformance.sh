@@ -90,7 +90,7 @@ for name in "${adapters[@]}"; do
     # the kernel's loop over the vocabulary (blocks of 4,096) on the logits of a linear head, V = 9000
     TRITON_INTERPRET=1 "$venv/bin/pgspec" check --adapter pgspec.adapters.liger:make_triton_adapter --formula loss.grpo \
       --param beta=0 --vocab 9000 --shape 2x32 --dtype bfloat16,float32 || status=1
-    # the fused float64 log-prob oracle (conformance/check_logprob_fused.py) against the torch oracle, under the
+    # the fused float64 log-prob oracle (conformance/check/logprob_fused.py) against the torch oracle, under the
     # interpreter: triton is not in the [dev] extra, so its tests skip in the main environment and run here
     "$venv/bin/python" -m pytest tests/test_check_logprob_fused.py -q || status=1
     # and the log-prob and head-loss checks' own tests (the oracle's scales against the mpmath reference's on the
@@ -115,7 +115,7 @@ for name in "${adapters[@]}"; do
     # float64 oracle; V = 9000 spans three of its 4,096-wide vocabulary chunks
     "$venv/bin/pgspec" check --adapter pgspec.adapters.liger:make_fused_adapter --formula logprob.token \
       --vocab 9000 --shape 2x64 --dtype bfloat16,float32 || status=1
-    # and LigerFusedLinearGRPOLoss whole, from hidden states and the head (conformance/check_head_loss.py)
+    # and LigerFusedLinearGRPOLoss whole, from hidden states and the head (conformance/check/head_loss.py)
     "$venv/bin/pgspec" check --adapter pgspec.adapters.liger:make_fused_adapter --formula loss.grpo --param beta=0 \
       --vocab 9000 --shape 2x128 --dtype bfloat16,float32 || status=1
     # the compiled default path (LigerFusedLinearGRPOLoss(compiled=True)): its run is recorded

@@ -27,7 +27,7 @@ fi
 import torch, importlib.metadata as md
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 print("torch", torch.__version__, "liger-kernel", md.version("liger-kernel"))
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 ok, why = runner.load_adapter("liger").available()
 assert ok, why
 PY

@@ -9,6 +9,8 @@ import math
 import os
 import sys
 
+from .cli_common import FORMULAS_HELP, MIN_FREE_BYTES, _adapter_call, _report_path_problem, _say  # noqa: F401
+
 
 def _globs(spec: str) -> list[str]:
     """A comma-separated list of globs (``'kl.*,loss.grpo'``), as every ``--formulas`` takes it."""
@@ -21,7 +23,7 @@ def _formulas(args) -> int:
     globs = _globs(args.formulas)
     selected = [f for fid, f in sorted(REGISTRY.items()) if any(fnmatch.fnmatchcase(fid, g) for g in globs)]
     if not selected:
-        from .suggest import formula_globs_hint
+        from .base.suggest import formula_globs_hint
 
         print(f"pgspec: no formula matches {args.formulas!r}; known IDs: {', '.join(sorted(REGISTRY))}"
               f"{formula_globs_hint(globs, REGISTRY)}", file=sys.stderr)
@@ -62,7 +64,7 @@ def _formulas(args) -> int:
 
 
 def _golden(args) -> int:
-    from . import golden
+    from .corpus import golden
 
     if args.action == "generate":
         import time
@@ -75,7 +77,7 @@ def _golden(args) -> int:
               f"in {time.perf_counter() - start:.1f} s")
         return 0
     if args.action == "coverage":
-        from . import coverage
+        from .corpus import coverage
 
         return coverage.main()
     import time
@@ -106,7 +108,7 @@ def _golden(args) -> int:
 
 
 def _run(args) -> int:
-    from .gcpause import RunCollector
+    from .base.gcpause import RunCollector
 
     collector = RunCollector()
     try:
@@ -119,9 +121,10 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from . import report, runner
-    from .runner import RunError
-    from .tolerance import parse_dtypes
+    from . import report
+    from .run import runner
+    from .run.runner import RunError
+    from .judge.tolerance import parse_dtypes
 
     console = Console(stderr=True)
     # every argument is checked before anything runs: a mistake costs a second, not a whole run
@@ -144,7 +147,7 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
     if python:
         args.python = python
     if args.python:
-        from .isolated import IsolatedAdapter
+        from .run.isolated import IsolatedAdapter
 
         _say(f"pgspec run: starting the worker ({args.python}); it has {args.startup_timeout:g} s "
              f"(--startup-timeout) to load adapter {args.adapter!r}")
@@ -153,7 +156,7 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
                                   startup_timeout=args.startup_timeout)
     else:
         adapter = loaded if loaded is not None else runner.load_adapter(args.adapter)
-        from . import untrusted
+        from .run import untrusted
 
         untrusted.CASE_TIMEOUT = args.case_timeout     # in this process: SIGALRM (untrusted.time_limit)
     try:
@@ -232,28 +235,9 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
     return code
 
 
-def _say(message: str) -> None:
-    """One line on stderr, unwrapped (a usage message or a note of the run)."""
-    print(message, file=sys.stderr, flush=True)
-
-
-def _adapter_call(spec, adapter, method, *args):
-    """An adapter's own method, whose crash is the user's adapter's error (one line, exit 2)."""
-    from .runner import RunError, _one_line
-
-    try:
-        return getattr(adapter, method)(*args)
-    except RunError:
-        raise
-    except BaseException as e:  # noqa: BLE001 - the user's code: SystemExit included
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        raise RunError(f"adapter {spec!r}: its {method}() raised {_one_line(e)}") from None
-
-
 def _one_case(adapter, isolated, case, dtype, device):
     """One case's result; whatever goes wrong in it stays in it (the run goes on)."""
-    from . import runner
+    from .run import runner
 
     try:
         if isolated is not None:
@@ -271,7 +255,7 @@ def _case_error_row(adapter, case, dtype, device, e):
 
 
 def _properties(adapter, dtype, device, formulas, spec):
-    from . import runner
+    from .run import runner
 
     try:
         return runner.property_results(adapter, dtype, device, formulas, adapter_spec=spec)
@@ -284,48 +268,13 @@ def _properties(adapter, dtype, device, formulas, spec):
 def _error_row(adapter, device, dtype, case_id, formula, family, category, e):
     import traceback
 
-    from .logs import save
-    from .runner import CaseResult, _one_line
+    from .run.logs import save
+    from .run.runner import CaseResult, _one_line
 
     path = save(traceback.format_exc(), "case-error")
     where = f"; the traceback is saved to {path}" if path else ""
     return CaseResult(adapter.name, adapter.version, device, dtype, case_id, formula, family, category, "error",
                       message=f"{_one_line(e)}{where}")
-
-
-def _report_path_problem(path: str) -> str | None:
-    """Why a report cannot be written to ``path`` (None when it can): checked before the run."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    p = Path(path)
-    if p.is_dir():
-        return f"{path} is a directory; give a file path"
-    if p.exists() and not p.is_file():
-        return f"{path} exists and is not a regular file"
-    parent = p.parent
-    ancestor = parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        return f"{ancestor} is not a directory"
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        return f"cannot create the directory {parent}: {e.strerror or e}"
-    try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{p.name}.", suffix=".probe")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        return f"cannot write in {parent}: {e.strerror or e}"
-    if shutil.disk_usage(parent).free < MIN_FREE_BYTES:
-        return f"the device holding {parent} is full ({shutil.disk_usage(parent).free} bytes free)"
-    return None
-
-
-MIN_FREE_BYTES = 1 << 20
 
 
 def _checkout_adapter(args):
@@ -336,7 +285,7 @@ def _checkout_adapter(args):
     PGSPEC_<NAME>_PYTHON, else this one.  Returns (the interpreter, None) for such an adapter, and
     (None, the adapter loaded to ask, or None when it was not) for the others, so that a built-in
     adapter is loaded once."""
-    from . import runner
+    from .run import runner
 
     if args.source is not None and not os.path.isdir(args.source):
         raise runner.RunError(f"--source: {args.source} is not a directory")
@@ -357,7 +306,7 @@ def _adapters(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from . import runner
+    from .run import runner
 
     table = Table(title="pgspec adapters", box=box.SIMPLE_HEAD)
     table.add_column("name", no_wrap=True, style="bold")
@@ -395,9 +344,6 @@ def _version() -> str:
         return version("pgspec")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
         return "unknown (not installed)"
-
-
-FORMULAS_HELP = "formula or case ID globs, comma-separated (e.g. 'kl.*,loss.grpo')"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -492,7 +438,10 @@ def _fuzz(args) -> int:
 
 
 def _check(args) -> int:
-    from . import check, check_branches as cb, runner, tolerance
+    from . import check
+    from .check import branches as cb
+    from .run import runner
+    from .judge import tolerance
 
     if args.list:
         print(check.describe_formulas())
@@ -518,7 +467,7 @@ def _check(args) -> int:
             raise check.CheckError(str(e)) from None
         max_memory = None
         if args.max_memory is not None:
-            from .check_memory import parse_max_memory
+            from .check.memory import parse_max_memory
 
             try:
                 max_memory = parse_max_memory(args.max_memory)
@@ -639,7 +588,7 @@ def _main(argv) -> int:
         print(f"pgspec {args.command}: PGSPEC_COMPARE must be 'fast' (the default) or 'exact' (every element compared "
               f"in mpmath, spec/tolerance.md), got {mode!r}", file=sys.stderr)
         return 2
-    from .settings import SettingError, check_environment
+    from .base.settings import SettingError, check_environment
 
     try:    # every PGSPEC_* variable against its range, before any work (docs/bad-input.md)
         for warning in check_environment():
@@ -647,13 +596,13 @@ def _main(argv) -> int:
     except SettingError as e:
         print(f"pgspec {args.command}: {e}", file=sys.stderr)
         return 2
-    from .gcpause import gc_paused
+    from .base.gcpause import gc_paused
 
     with gc_paused():   # the reference and the runner: modules, long-lived, no cycles to collect
-        from .declarations import DeclarationError
-        from .golden import GoldenError
-        from .namemap import PresetError
-        from .runner import RunError
+        from .verdicts.declarations import DeclarationError
+        from .corpus.golden import GoldenError
+        from .corpus.namemap import PresetError
+        from .run.runner import RunError
 
     previous = _handle_sigterm()
     try:
@@ -685,8 +634,8 @@ def _main(argv) -> int:
         # a bug of pgspec: say so, save the traceback
         import traceback
 
-        from .logs import save
-        from .runner import _one_line
+        from .run.logs import save
+        from .run.runner import _one_line
 
         text = traceback.format_exc()
         path = save(f"pgspec {' '.join(sys.argv[1:] if argv is None else map(str, argv))}\n\n{text}", "internal-error")

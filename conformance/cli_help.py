@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from .suggest import did_you_mean
+from .base.suggest import did_you_mean
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

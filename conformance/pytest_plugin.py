@@ -24,7 +24,7 @@ DEFAULT_DTYPES = "float64,float32,bfloat16"
 
 
 def pytest_addoption(parser):
-    from pgspec.conformance.tolerance import DTYPES_HELP
+    from pgspec.conformance.judge.tolerance import DTYPES_HELP
 
     group = parser.getgroup("pgspec", "pgspec conformance suite")
     group.addoption("--pgspec-adapter", default=None, metavar="NAME",
@@ -47,7 +47,7 @@ class PgspecItem(pytest.Item):
         self.dtype = dtype
 
     def runtest(self):
-        from pgspec.conformance import runner
+        from pgspec.conformance.run import runner
 
         adapter = self.config._pgspec_adapter
         device = self.config.getoption("--pgspec-device")
@@ -130,7 +130,7 @@ def _untensorable(case: dict, dtype: str) -> bool:
     a tensor adapter (spec/golden-format.md); the runner says so when it runs it, we deselect it."""
     if not case.get("expect_error"):
         return False
-    from pgspec.conformance import runner
+    from pgspec.conformance.run import runner
 
     try:
         runner.to_tensors(case["formula"], runner.case_inputs(case), dtype, "cpu")
@@ -152,9 +152,9 @@ def pytest_configure(config):
     name = config.getoption("--pgspec-adapter")
     if not name:
         return
-    from pgspec.conformance import runner
-    from pgspec.conformance.settings import SettingError, check_environment
-    from pgspec.conformance.tolerance import parse_dtypes
+    from pgspec.conformance.run import runner
+    from pgspec.conformance.base.settings import SettingError, check_environment
+    from pgspec.conformance.judge.tolerance import parse_dtypes
 
     try:    # the PGSPEC_* variables, as `pgspec` checks them (docs/bad-input.md)
         for warning in check_environment():
@@ -214,8 +214,8 @@ def pytest_collection_modifyitems(session, config, items):
     if adapter is None:
         return
     selectors = getattr(config, "_pgspec_selectors", [])
-    from pgspec.conformance import runner
-    from pgspec.conformance.runner import RunError
+    from pgspec.conformance.run import runner
+    from pgspec.conformance.run.runner import RunError
 
     collector = PgspecCollector.from_parent(session, name="pgspec", nodeid="pgspec")
     try:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 import re
 
-from .runner import OUTCOMES
-from .verdicts import cell_text as verdict_text
-from .verdicts import formula_verdicts, ratio_text, validation_text
+from .run.runner import OUTCOMES
+from .verdicts.cells import cell_text as verdict_text
+from .verdicts.cells import formula_verdicts, ratio_text, validation_text
 
 
 def matrix(summary, dtypes):
@@ -116,7 +116,7 @@ def print_matrix(summary, adapter, device, dtypes):
         console.print(escape(f"not implemented by {adapter.name} ({len(unsupported)} formulas): "
                              f"{', '.join(unsupported)}"), highlight=False, soft_wrap=True, style="dim")
     bad = _bad(summary)
-    from .runner import rerun_command
+    from .run.runner import rerun_command
 
     for r in bad[:20]:
         console.print(escape(failure_line(r)), style="red", highlight=False, soft_wrap=True)
@@ -128,8 +128,8 @@ def print_matrix(summary, adapter, device, dtypes):
 
 
 def _header(adapter, device, dtypes):
-    from .golden import load_manifest
-    from .matrix import corpus_digest
+    from .corpus.golden import load_manifest
+    from .verdicts.matrix import corpus_digest
 
     manifest = load_manifest()
     return {
@@ -165,7 +165,7 @@ def _link(link: str) -> str:
 
 
 def _declaration_tables(summary, adapter) -> list[str]:
-    from .runner import declarations_of
+    from .run.runner import declarations_of
 
     decl = declarations_of(adapter)
     matched: dict = {}

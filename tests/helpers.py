@@ -134,7 +134,7 @@ def torch_adapter_with(**overrides):
     """The built-in torch adapter with some implementations replaced: ``family__name=fn`` replaces
     formula ``family.name`` (the deliberately broken variants of the torch tests)."""
     from pgspec.adapters.base import Adapter
-    from pgspec.conformance import runner
+    from pgspec.conformance.run import runner
 
     base = runner.load_adapter("torch")
     impls = dict(base.implementations)
@@ -146,7 +146,7 @@ def torch_adapter_with(**overrides):
 def family_cases(glob: str, errors: bool = False) -> tuple:
     """The golden cases whose formula or case ID matches ``glob`` (loaded once per glob); the
     expected-error cases only with ``errors`` (tests/test_verdicts.py runs them all)."""
-    from pgspec.conformance import runner
+    from pgspec.conformance.run import runner
 
     return tuple(c for c in runner.select_cases(glob) if errors or c["category"] != "error")
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 from mpmath import mp, mpf
 
-from pgspec.conformance.cases import Generated, all_cases
+from pgspec.conformance.corpus.cases.case import Generated
+from pgspec.conformance.corpus.cases import all_cases
 from pgspec.reference import REGISTRY, _ad, _evaluate
 
 

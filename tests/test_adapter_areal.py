@@ -8,8 +8,8 @@ pytest.importorskip("areal")
 
 import torch  # noqa: E402
 
-from pgspec.conformance.runner import (  # noqa: E402
-    BAD_OUTCOMES, load_adapter, load_case, property_results, run_case, select_cases)
+from pgspec.conformance.run.runner import (BAD_OUTCOMES, load_adapter, load_case, property_results, run_case,  # noqa: E402
+                                           select_cases)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 SOURCE = os.environ.get("PGSPEC_FAST_LLM_SOURCE")
 PYTHON = os.environ.get("PGSPEC_FAST_LLM_PYTHON")
@@ -28,7 +28,7 @@ needs_source = pytest.mark.skipif(not (SOURCE and PYTHON),
 
 @pytest.fixture(scope="module")
 def adapter():
-    from pgspec.conformance.isolated import IsolatedAdapter
+    from pgspec.conformance.run.isolated import IsolatedAdapter
 
     a = IsolatedAdapter(PYTHON, "fast_llm")
     ok, why = a.available()
@@ -76,7 +76,7 @@ def test_recorded_reports_name_the_current_corpus_or_are_withdrawn():
     recording and says why (no verdict, no digest, and no column in the matrix): never a stale run."""
     from pathlib import Path
 
-    from pgspec.conformance import matrix
+    from pgspec.conformance.verdicts import matrix
 
     docs = Path(__file__).resolve().parent.parent / "docs" / "conformance"
     for name in ("fast_llm.md", "fast_llm-pr502.md"):
@@ -97,7 +97,7 @@ def test_sdp_gspo_over_gloo_adds_up_to_one_rank():
     """Sequence-data-parallel GSPO: 2 ranks in a gloo group (adapters/fast_llm/sdp_gloo.py)."""
     import subprocess
 
-    from pgspec.conformance.isolated import _pgspec_path_dir
+    from pgspec.conformance.run.isolated import _pgspec_path_dir
 
     code = r'''
 import sys, torch

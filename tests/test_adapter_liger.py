@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 
 def test_module_imports_without_framework():
@@ -279,7 +279,7 @@ def test_triton_luspo_token_backward_reads_b1_buffer_as_bt():
 
 TRITON_CASES = r"""
 import json
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 a = runner.load_adapter("pgspec.adapters.liger:make_triton_adapter")
 runner.check_declarations(a)
 out = {}
@@ -305,7 +305,8 @@ def test_triton_adapter_declarations_under_interpreter():
 
 TRITON_VOCAB = r"""
 import json, sys
-from pgspec.conformance import check, runner
+from pgspec.conformance import check
+from pgspec.conformance.run import runner
 a = runner.load_adapter("pgspec.adapters.liger:make_triton_adapter")
 res = check.run_checks(a, sys.argv[1], 2, 32, dtypes=["bfloat16", "float32"], vocab=9000,
                        params=json.loads(sys.argv[2]))

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 SOURCE = os.environ.get("PGSPEC_MEGATRON_SOURCE")
 
@@ -24,7 +24,7 @@ needs_source = pytest.mark.skipif(not SOURCE, reason="no Megatron-LM checkout: s
 
 
 def _isolated(env):
-    from pgspec.conformance.isolated import IsolatedAdapter
+    from pgspec.conformance.run.isolated import IsolatedAdapter
 
     old = dict(os.environ)
     os.environ.update(env)
@@ -62,7 +62,7 @@ def test_aggregation_is_declared_unsupported():
 def test_recorded_reports_name_the_current_corpus():
     from pathlib import Path
 
-    from pgspec.conformance import matrix
+    from pgspec.conformance.verdicts import matrix
 
     docs = Path(__file__).resolve().parent.parent / "docs" / "conformance"
     for name in ("megatron.md", "megatron-packed.md"):

@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("swift.rlhf_trainers.grpo_trainer")
 
-from pgspec.conformance import golden  # noqa: E402
-from pgspec.conformance.runner import BAD_OUTCOMES, load_adapter, load_case, run_case  # noqa: E402
+from pgspec.conformance.corpus import golden  # noqa: E402
+from pgspec.conformance.run.runner import BAD_OUTCOMES, load_adapter, load_case, run_case  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 SOURCE = os.environ.get("PGSPEC_NEMO_RL_SOURCE")
 
@@ -37,7 +37,7 @@ needs_source = pytest.mark.skipif(not SOURCE, reason="no NeMo-RL checkout: set P
 
 @pytest.fixture(scope="module")
 def adapter():
-    from pgspec.conformance.isolated import IsolatedAdapter
+    from pgspec.conformance.run.isolated import IsolatedAdapter
 
     a = IsolatedAdapter(sys.executable, "nemo_rl")
     ok, why = a.available()
@@ -88,7 +88,7 @@ def test_empty_sequence_counted_in_the_sample_mean_is_a_declared_bug(adapter):
 def test_recorded_reports_name_the_current_corpus():
     from pathlib import Path
 
-    from pgspec.conformance import matrix
+    from pgspec.conformance.verdicts import matrix
 
     docs = Path(__file__).resolve().parent.parent / "docs" / "conformance"
     for name in ("nemo_rl.md", "nemo_rl-pr2269.md"):

@@ -14,8 +14,8 @@ except metadata.PackageNotFoundError:
     pytest.skip("oat-llm is not installed (bash ci/install-oat.sh VENV; adapters/oat/README.md)",
                 allow_module_level=True)
 
-from pgspec.conformance import golden  # noqa: E402
-from pgspec.conformance.runner import BAD_OUTCOMES, load_adapter, load_case, run_case  # noqa: E402
+from pgspec.conformance.corpus import golden  # noqa: E402
+from pgspec.conformance.run.runner import BAD_OUTCOMES, load_adapter, load_case, run_case  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_declared_bugs_reproduce(adapter):
 def test_a_mask_with_a_hole_is_unsupported(adapter):
     import torch
 
-    from pgspec.conformance.properties import Unsupported
+    from pgspec.adapters.base import Unsupported
 
     inputs = {"logprobs": torch.tensor([[-1.0, -2.0, -3.0]]), "old_logprobs": torch.tensor([[-1.0, -2.0, -3.0]]),
               "mask": torch.tensor([[True, False, True]]), "advantages": torch.tensor([1.0])}

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("openrlhf")  # openrlhf/__init__.py is empty: importing it pulls in nothing
 
-from pgspec.conformance import golden  # noqa: E402
-from pgspec.conformance.runner import BAD_OUTCOMES, load_adapter, load_case, run_case  # noqa: E402
+from pgspec.conformance.corpus import golden  # noqa: E402
+from pgspec.conformance.run.runner import BAD_OUTCOMES, load_adapter, load_case, run_case  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 SOURCE = os.environ.get("PGSPEC_SLIME_SOURCE")
 
@@ -28,7 +28,7 @@ needs_source = pytest.mark.skipif(not SOURCE, reason="no slime checkout: set PGS
 
 
 def _isolated(env=None):
-    from pgspec.conformance.isolated import IsolatedAdapter
+    from pgspec.conformance.run.isolated import IsolatedAdapter
 
     old = dict(os.environ)
     os.environ.update(env or {})
@@ -127,7 +127,7 @@ if __name__ == "__main__":
 def test_recorded_reports_name_the_current_corpus():
     from pathlib import Path
 
-    from pgspec.conformance import matrix
+    from pgspec.conformance.verdicts import matrix
 
     docs = Path(__file__).resolve().parent.parent / "docs" / "conformance"
     for name in ("slime.md", "slime-pr2060.md", "slime-pr2090.md"):

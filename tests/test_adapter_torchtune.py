@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 SOURCE = os.environ.get("PGSPEC_TORCHTUNE_SOURCE")
 
@@ -39,7 +39,7 @@ needs_source = pytest.mark.skipif(not SOURCE, reason="no torchtune checkout: set
 
 @pytest.fixture(scope="module")
 def adapter():
-    from pgspec.conformance.isolated import IsolatedAdapter
+    from pgspec.conformance.run.isolated import IsolatedAdapter
 
     a = IsolatedAdapter(sys.executable, "torchtune")
     ok, why = a.available()

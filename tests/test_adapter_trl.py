@@ -4,14 +4,8 @@ import pytest
 
 pytest.importorskip("trl")
 
-from pgspec.conformance import golden  # noqa: E402
-from pgspec.conformance.runner import (  # noqa: E402
-    BAD_OUTCOMES,
-    load_adapter,
-    load_case,
-    property_results,
-    run_case,
-)
+from pgspec.conformance.corpus import golden  # noqa: E402
+from pgspec.conformance.run.runner import (BAD_OUTCOMES, load_adapter, load_case, property_results, run_case)  # noqa: E402
 
 
 @pytest.fixture(scope="module")

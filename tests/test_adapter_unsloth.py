@@ -24,8 +24,8 @@ def _installed():
 if _installed() is None:
     pytest.skip("unsloth-zoo is not installed (bash ci/install-unsloth.sh VENV)", allow_module_level=True)
 
-from pgspec.conformance import golden  # noqa: E402
-from pgspec.conformance.runner import BAD_OUTCOMES, load_adapter, load_case, run_case  # noqa: E402
+from pgspec.conformance.corpus import golden  # noqa: E402
+from pgspec.conformance.run.runner import BAD_OUTCOMES, load_adapter, load_case, run_case  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ pytest.importorskip("verl")
 
 import torch  # noqa: E402
 
-from pgspec.conformance.runner import BAD_OUTCOMES, load_adapter, load_case, run_case, select_cases  # noqa: E402
+from pgspec.conformance.run.runner import BAD_OUTCOMES, load_adapter, load_case, run_case, select_cases  # noqa: E402
 
 
 @pytest.fixture(scope="module")

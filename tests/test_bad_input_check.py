@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from pgspec.conformance import check, check_memory
+from pgspec.conformance import check
+from pgspec.conformance.check import memory as check_memory
 from pgspec.conformance.cli import main
 
 

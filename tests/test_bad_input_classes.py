@@ -9,7 +9,7 @@ import re
 import pytest
 
 from pgspec.adapters.base import Adapter
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 
 def _module(tmp_path, monkeypatch, body: str) -> str:
@@ -78,7 +78,8 @@ def test_a_malformed_presets_file_is_a_usage_error_naming_it(tmp_path, monkeypat
     never exit 3 'internal error'."""
     import shutil
 
-    from pgspec.conformance import cli, namemap
+    from pgspec.conformance import cli
+    from pgspec.conformance.corpus import namemap
 
     presets = tmp_path / "presets"
     shutil.copytree(namemap.PRESETS_DIR, presets)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pgspec.conformance import golden, report
+from pgspec.conformance.corpus import golden
+from pgspec.conformance import report
 from pgspec.conformance.cli import main
 
 FIXTURES = str(Path(__file__).parent / "fixtures")
@@ -181,7 +182,7 @@ def test_formulas_command_with_no_match(capsys):
      "pgspec run: nothing to run: adapter 'f64-only' supports dtypes float64, none of float32, bfloat16"),
 ])
 def test_a_run_that_would_run_nothing_is_a_usage_error(capsys, argv, expected):
-    from pgspec.conformance.runner import select_cases
+    from pgspec.conformance.run.runner import select_cases
 
     n = len(select_cases("kl.k2"))
     assert usage_error(capsys, "run", *argv, "--no-properties") == expected.format(n=n)
@@ -436,7 +437,7 @@ def test_an_internal_error_says_so_and_saves_the_traceback(capsys, tmp_path, mon
 
 def test_a_crash_of_pgspec_inside_one_case_is_that_case_error(capsys, tmp_path, monkeypatch):
     """Even a pgspec bug in one case (here: the runner's own steps raising) does not stop the run."""
-    from pgspec.conformance import runner
+    from pgspec.conformance.run import runner
 
     real = runner.start_case
 
@@ -457,7 +458,7 @@ def test_a_crash_of_pgspec_inside_one_case_is_that_case_error(capsys, tmp_path, 
 def test_a_crash_while_gathering_one_case_is_that_case_error(capsys, tmp_path, monkeypatch):
     """Results are gathered a few hundred cases at a time after their calls; a crash there is the
     case's error row too, reported once."""
-    from pgspec.conformance import compare
+    from pgspec.conformance.judge import compare
 
     real = compare.gather_case
     crashes = []
@@ -480,7 +481,8 @@ def test_a_crash_while_gathering_one_case_is_that_case_error(capsys, tmp_path, m
 def test_a_crash_in_the_comparison_of_one_case_is_that_case_error(capsys, tmp_path, monkeypatch):
     """The comparisons of a dtype's cases are made together; when that raises, each case is compared
     on its own, so a comparison bug that one case triggers is that case's error row."""
-    from pgspec.conformance import compare, runner
+    from pgspec.conformance.judge import compare
+    from pgspec.conformance.run import runner
 
     real_batch, real_one = compare.compare_cases, runner._compare_pending
     calls = []
@@ -519,7 +521,7 @@ def test_no_python_module_traceback_reaches_a_user_even_from_the_entry_point(tmp
 @pytest.mark.parametrize("alias,dtype", [("fp64", "float64"), ("double", "float64"), ("fp32", "float32"),
                                          ("bf16", "bfloat16"), ("fp16", "float16"), ("half", "float16")])
 def test_the_dtype_aliases_name_the_canonical_dtype(alias, dtype):
-    from pgspec.conformance.tolerance import parse_dtypes
+    from pgspec.conformance.judge.tolerance import parse_dtypes
 
     assert parse_dtypes(f"{alias},{dtype}") == [dtype]
     assert parse_dtypes(alias, option="--pgspec-dtype") == [dtype]

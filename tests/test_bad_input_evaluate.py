@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgspec.conformance import golden
+from pgspec.conformance.corpus import golden
 from pgspec.reference import REGISTRY, SpecError, evaluate
 
 CASES = golden.load_all()

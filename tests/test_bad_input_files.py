@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from pgspec.conformance import files, golden, namemap
-from pgspec.conformance.declarations import DeclarationError, load as load_declarations
-from pgspec.conformance.golden import GoldenError
-from pgspec.conformance.namemap import PresetError
+from pgspec.conformance.base import files
+from pgspec.conformance.corpus import golden, namemap
+from pgspec.conformance.verdicts.declarations import DeclarationError, load as load_declarations
+from pgspec.conformance.corpus.golden import GoldenError
+from pgspec.conformance.corpus.namemap import PresetError
 
 
 @contextmanager
@@ -232,7 +233,7 @@ def _record_entries(root: Path) -> list[Path]:
 
 @pytest.mark.parametrize("how", DAMAGE)
 def test_a_damaged_golden_record_entry_is_evaluated_again(tmp_path, monkeypatch, how):
-    from pgspec.conformance.cases import all_cases
+    from pgspec.conformance.corpus.cases import all_cases
 
     monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
     cases = [c for c in all_cases() if c.id.startswith("ratio.token/")][:2]
@@ -254,7 +255,7 @@ def test_a_damaged_golden_record_entry_is_evaluated_again(tmp_path, monkeypatch,
 
 def test_an_intact_golden_record_entry_is_used(tmp_path, monkeypatch):
     """The other side of the damage tests: an entry as written is read back."""
-    from pgspec.conformance.cases import all_cases
+    from pgspec.conformance.corpus.cases import all_cases
 
     monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
     cases = [c for c in all_cases() if c.id.startswith("ratio.token/")][:2]
@@ -267,7 +268,7 @@ def test_an_intact_golden_record_entry_is_used(tmp_path, monkeypatch):
 def test_a_damaged_prepared_entry_is_prepared_again(tmp_path, monkeypatch, how):
     import numpy as np
 
-    from pgspec.conformance import compare
+    from pgspec.conformance.judge import compare
 
     monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
     monkeypatch.setattr(compare, "_FAMILIES", {})
@@ -287,7 +288,7 @@ def test_a_damaged_prepared_entry_is_prepared_again(tmp_path, monkeypatch, how):
 def test_a_damaged_property_reference_entry_is_a_miss(tmp_path, monkeypatch, how):
     from mpmath import mp, mpf
 
-    from pgspec.conformance.properties import _common as C
+    from pgspec.conformance.run.properties import _common as C
 
     monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
     with mp.workdps(60):

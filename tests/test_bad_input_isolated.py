@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from pgspec.conformance.cli import main
-from pgspec.conformance.isolated import IsolatedAdapter
-from pgspec.conformance.runner import RunError
+from pgspec.conformance.run.isolated import IsolatedAdapter
+from pgspec.conformance.run.runner import RunError
 
 FIXTURES = str(Path(__file__).parent / "fixtures")
 KL = ["--formulas", "kl.k1/on-reference", "--dtype", "float64", "--no-properties"]

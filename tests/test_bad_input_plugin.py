@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import pgspec.adapters.torch  # noqa: F401 - imported once here: pytester's in-process runs must not re-import torch
-from pgspec.conformance import golden, runner  # noqa: F401
+from pgspec.conformance.corpus import golden  # noqa: F401
+from pgspec.conformance.run import runner  # noqa: F401
 
 pytest_plugins = ["pytester"]
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pgspec.conformance import golden, runner
-from pgspec.conformance.runner import RunError, load_adapter, run_case
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import runner
+from pgspec.conformance.run.runner import RunError, load_adapter, run_case
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import bad_input_adapters as bad  # noqa: E402

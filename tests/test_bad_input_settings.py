@@ -1,5 +1,5 @@
 """Every value the environment supplies is checked against its documented range before any work
-(issue 39, principle 1; conformance/settings.py, docs/bad-input.md): one line naming the variable,
+(issue 39, principle 1; conformance/base/settings.py, docs/bad-input.md): one line naming the variable,
 its range and the value, exit 2 (pytest's usage error in the plugin); nothing is clipped, and a
 PGSPEC_* name pgspec does not read is named in a warning instead of being ignored silently."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pgspec.conformance import settings
+from pgspec.conformance.base import settings
 from pgspec.conformance.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +111,8 @@ pytest_plugins = ["pytester"]
 
 def test_the_documented_limits_are_the_codes():
     """docs/bad-input.md states each range the code enforces: a changed bound changes the page too."""
-    from pgspec.conformance import check_memory, files
+    from pgspec.conformance.check import memory as check_memory
+    from pgspec.conformance.base import files
     from pgspec.reference import _evaluate
 
     page = (ROOT / "docs" / "bad-input.md").read_text()

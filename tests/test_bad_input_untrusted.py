@@ -24,9 +24,10 @@ import pytest
 import torch
 
 from pgspec.adapters.base import Adapter
-from pgspec.conformance import golden, untrusted
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import untrusted
 from pgspec.conformance.cli import main
-from pgspec.conformance.runner import run_case
+from pgspec.conformance.run.runner import run_case
 
 FIXTURES = str(Path(__file__).parent / "fixtures")
 sys.path.insert(0, FIXTURES)
@@ -224,7 +225,7 @@ def test_a_case_that_hangs_in_the_worker_is_its_error_and_the_run_goes_on(capsys
 
 @pytest.mark.parametrize("factory, name", [("hangs_in_k1", "hangs"), ("hangs_swallowing", "hangs-swallowing")])
 def test_a_case_that_hangs_in_this_process_is_its_error_with_case_timeout(capsys, monkeypatch, tmp_path, factory, name):
-    from pgspec.conformance import untrusted as u
+    from pgspec.conformance.run import untrusted as u
 
     monkeypatch.syspath_prepend(FIXTURES)
     monkeypatch.setattr(u, "CASE_TIMEOUT", None)
@@ -244,7 +245,7 @@ def test_a_case_that_hangs_in_this_process_is_its_error_with_case_timeout(capsys
 
 
 def test_without_case_timeout_nothing_is_interrupted(monkeypatch):
-    from pgspec.conformance import untrusted as u
+    from pgspec.conformance.run import untrusted as u
 
     monkeypatch.setattr(u, "CASE_TIMEOUT", None)
     with u.time_limit("x") as t:
@@ -267,8 +268,8 @@ def test_timeouts_have_a_range(capsys, option, value, expected):
 
 
 def test_a_huge_timeout_in_the_api_is_a_run_error():
-    from pgspec.conformance.isolated import IsolatedAdapter
-    from pgspec.conformance.runner import RunError
+    from pgspec.conformance.run.isolated import IsolatedAdapter
+    from pgspec.conformance.run.runner import RunError
 
     with pytest.raises(RunError, match="--case-timeout must be at most 604800 seconds"):
         IsolatedAdapter(sys.executable, "torch", timeout=1e308)

@@ -9,8 +9,8 @@ import os
 
 from mpmath import mpf
 
-from pgspec.conformance import cache
-from pgspec.conformance.properties import _common as C
+from pgspec.conformance.base import cache
+from pgspec.conformance.run.properties import _common as C
 
 
 def _version(root, name, used_at):

@@ -14,7 +14,11 @@ import pytest
 import torch
 
 from pgspec.adapters.base import Adapter
-from pgspec.conformance import check, check_logprob, compare, golden, runner
+from pgspec.conformance import check
+from pgspec.conformance.check import logprob as check_logprob
+from pgspec.conformance.judge import compare
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import runner
 from pgspec.reference import REGISTRY, evaluate
 
 
@@ -181,9 +185,9 @@ def test_oracle_agrees_with_the_reference_with_empty_rows_and_groups(formula, pa
     """Nine rows in four prompt groups (row b in group b mod 4), rows 2 and 6 empty: group 2 has no
     token, the others 2 or 3 rows (the sums over a group's rows, the empty rows and groups left out
     of the counts, as the reference's nodes have them); row 0's advantage 0 (a loss term with no
-    gradient), row 8 of three tokens (check._phantom: three terms, residue or not, have the depth of
+    gradient), row 8 of three tokens (check.rounding.phantom: three terms, residue or not, have the depth of
     four; a row of two exact terms is in the test below).  Row 3 has 32 tokens: a separately
-    aggregated k1 or k2, whose terms are exact, leaves no residue in its sum (check._kl_terms).  An
+    aggregated k1 or k2, whose terms are exact, leaves no residue in its sum (check.terms.kl_penalty_terms).  An
     IS weight in mask mode makes some terms the constant 0, whole rows of them at the sequence level:
     no operands of the sums above them, their tokens still counted in the denominators."""
     arrays = check.check_inputs(formula, 9, 40, 5, params)
@@ -245,7 +249,7 @@ def test_a_gmpo_row_whose_exact_sum_has_more_than_64_bits_counts_a_residue():
     reference counts a residue only where its exact value has more than 64 significant bits: here a
     token with d = -5000 (kept: A > 0, below the clip) beside tokens clipped at eps_high = 0.4, whose
     double reaches 2^-54, in a row of 32 tokens (where one more term deepens the sum's rounding).  The
-    oracle decides that exactly (check._exact_row_sums), row by row."""
+    oracle decides that exactly (check.rounding.exact_row_sums), row by row."""
     arrays = check.check_inputs("loss.gmpo", 4, 40, 3, {})
     l, old, adv, mask = arrays["logprobs"], arrays["old_logprobs"], arrays["advantages"], arrays["mask"]
     adv[:] = [0.5, 0.5, -0.5, 0.5]
@@ -253,13 +257,13 @@ def test_a_gmpo_row_whose_exact_sum_has_more_than_64_bits_counts_a_residue():
     assert mask[3].sum() == 32
     d, m, a = torch.from_numpy(l - old), torch.from_numpy(mask), torch.from_numpy(adv)[:, None]
     live = ((d >= -0.4) & (d <= 0.4)) | ((a > 0) & (d < -0.4)) | ((a <= 0) & (d > 0.4))
-    bits = check._exact_row_sums(d, m & live, m & ~live, torch.from_numpy(np.where(adv > 0, 0.4, -0.4)))
+    bits = check.rounding.exact_row_sums(d, m & live, m & ~live, torch.from_numpy(np.where(adv > 0, 0.4, -0.4)))
     assert bits[3] > 64 and (bits[:3] <= 64).all() and (m[3] & ~live[3]).any(), bits
     _agree_on("loss.gmpo", arrays, {})
 
 
 def test_a_sum_of_two_exact_terms_is_where_the_oracle_may_count_one_rounding_more():
-    """check._phantom: a row of two CISPO tokens, both weights truncated (exact products of the inputs
+    """check.rounding.phantom: a row of two CISPO tokens, both weights truncated (exact products of the inputs
     and the bounds, whose sum has at most 64 bits): the reference counts no residue term in the row's
     sum, the oracle one, so its S is larger (depth 2 for that sum's rounding instead of 1), never
     smaller; with a third token, unclipped, they agree again."""
@@ -396,7 +400,7 @@ def test_a_gspo_row_with_clamped_tokens_whose_exact_sum_has_more_than_64_bits_co
     t = {k: torch.as_tensor(v) for k, v in arrays.items()}
     d = (t["logprobs"] - t["old_logprobs"])
     signed = torch.where(d.abs() > 0.3, torch.sign(d), torch.zeros_like(d)).long()
-    bits = check._exact_row_sums(d, d.abs() <= 0.3, signed, torch.tensor([0.3], dtype=torch.float64))
+    bits = check.rounding.exact_row_sums(d, d.abs() <= 0.3, signed, torch.tensor([0.3], dtype=torch.float64))
     assert bool(bits[0] > 64) is residue
     _agree_on("loss.gspo", arrays, {"log_ratio_clamp": 0.3, "beta": 0.0})
 
@@ -457,16 +461,16 @@ def test_the_reference_log_probs_of_a_clamped_kl_term_reach_every_side_of_each_c
     assert torch.equal(torch.from_numpy(ref).to(torch.bfloat16).double(), torch.from_numpy(ref))
     x = (ref - l)[mask]
     w = np.exp(l - arrays["old_logprobs"])[mask] if p["kl_estimator"] == "k3_unbiased" else 1.0
-    codes = check._kl_branch(x, w, p)
-    kinks = check._kl_kinks(p)
+    codes = check.draws.kl_branch(x, w, p)
+    kinks = check.draws._kl_kinks(p)
     assert kinks and len(set(codes.tolist())) >= len(kinks), (kinks, set(codes.tolist()))
     for k in range(4):
         side = (codes >> k) & 1
         assert side.all() or not side.any() or 0.05 < side.mean() < 0.95
     slack = 0.07                                # half a bfloat16 step of |l_ref| < 32
     here = codes
-    assert (check._kl_branch(x - (check.INSIDE - slack), w, p) == here).all()
-    assert (check._kl_branch(x + (check.INSIDE - slack), w, p) == here).all()
+    assert (check.draws.kl_branch(x - (check.INSIDE - slack), w, p) == here).all()
+    assert (check.draws.kl_branch(x + (check.INSIDE - slack), w, p) == here).all()
     assert (np.abs(x) < 1).mean() > 0.05      # and KL_SPREAD, where no clamp acts
 
 
@@ -487,10 +491,10 @@ def test_the_sampler_log_probs_of_an_is_check_reach_every_side_of_its_bounds_off
         assert np.abs(np.where(mask, old - sampler, 0.0)).max() > 0.05      # tokens spread around the row's
     else:
         u = u[mask]
-    codes = check._is_branch(u, p)
-    kinks = check._is_kinks(p)
+    codes = check.draws.is_branch(u, p)
+    kinks = check.draws._is_kinks(p)
     assert kinks and len(set(codes.tolist())) == len(kinks) + 1, (kinks, set(codes.tolist()))
-    assert (check._is_branch(u - check.INSIDE, p) == codes).all() and (check._is_branch(u + check.INSIDE, p) == codes).all()
+    assert (check.draws.is_branch(u - check.INSIDE, p) == codes).all() and (check.draws.is_branch(u + check.INSIDE, p) == codes).all()
 
 
 @pytest.mark.parametrize("delta", [0.0, 0.1, 0.5])
@@ -534,9 +538,9 @@ def test_the_sampler_log_probs_of_an_opsm_check_with_an_is_weight_keep_off_both(
     assert ((adv < 0) & (kappa > delta)).sum() > 0 and ((adv < 0) & (kappa < delta)).sum() > 0
     u = np.where(mask, old - sampler, 0.0)
     u = u[mask] if p["is_level"] == "token" else u.sum(-1) / L
-    codes = check._is_branch(u, p)
-    assert len(set(codes.tolist())) == len(check._is_kinks(p)) + 1, set(codes.tolist())
-    assert (check._is_branch(u - check.INSIDE, p) == codes).all() and (check._is_branch(u + check.INSIDE, p) == codes).all()
+    codes = check.draws.is_branch(u, p)
+    assert len(set(codes.tolist())) == len(check.draws._is_kinks(p)) + 1, set(codes.tolist())
+    assert (check.draws.is_branch(u - check.INSIDE, p) == codes).all() and (check.draws.is_branch(u + check.INSIDE, p) == codes).all()
 
 
 @pytest.mark.parametrize("rho", [0.2, 0.5, 0.99])
@@ -559,13 +563,13 @@ def test_the_entropies_of_an_entropy_mask_check_make_its_quantile_unambiguous(rh
 def test_float_bits_counts_significant_bits():
     """k2 = x x / 2 of a KL term is exact at 64 bits when x has at most 32 significant bits."""
     x = torch.tensor([0.0, 1.0, -3.0, 0.1, 1 + 2.0 ** -31, 1 + 2.0 ** -32, 2.0 ** -40, 1 - 2.0 ** -53], dtype=torch.float64)
-    assert check._float_bits(x).tolist() == [0, 1, 2, 52, 32, 33, 1, 53]
+    assert check.rounding.float_bits(x).tolist() == [0, 1, 2, 52, 32, 33, 1, 53]
 
 
 def test_reference_log_probs_that_cannot_keep_off_a_kl_kink_are_an_error(monkeypatch):
     """Bands that straddle a kink leave tokens near it after every redraw: the check refuses, naming the
     clamps, rather than judge a branch that rounding decides."""
-    monkeypatch.setattr(check, "_bands_around", lambda kinks: [[(kinks[0] - 0.01, 0.02)]])
+    monkeypatch.setattr(check.draws, "_bands_around", lambda kinks: [[(kinks[0] - 0.01, 0.02)]])
     with pytest.raises(check.CheckError, match=r"KL clamps kl_output_max=0.3 leave no room .* within 0.15 of a kink"):
         check.check_inputs("loss.grpo", 2, 64, 1, {"kl_estimator": "k1", "kl_output_max": 0.3})
 
@@ -635,7 +639,7 @@ def _never_clips_declaring(text):
     """loss.bnpo that ignores the clip, with the declarations ``text`` (TOML)."""
     import tomllib
 
-    from pgspec.conformance.declarations import parse
+    from pgspec.conformance.verdicts.declarations import parse
 
     torch_adapter = runner.load_adapter("torch")
 
@@ -697,7 +701,7 @@ def test_a_kernel_that_never_clips_is_caught(monkeypatch):
     res = check.run_check(adapter, "loss.bnpo", 4, 2048, "float32")
     assert res.outcome == "fail" and res.outputs[1].failures > 2048, res.message
     assert check.run_check(torch_adapter, "loss.bnpo", 4, 2048, "float32").outcome == "pass"
-    monkeypatch.setattr(check, "check_inputs", lambda formula, B, T, seed, params, sampler=False: check.seeded_inputs(formula, B, T, seed))
+    monkeypatch.setattr(check.core, "check_inputs", lambda formula, B, T, seed, params, sampler=False: check.seeded_inputs(formula, B, T, seed))
     assert check.run_check(adapter, "loss.bnpo", 4, 2048, "float32").outcome == "pass"
 
 
@@ -756,7 +760,7 @@ def test_torch_backend_passes_on_cuda():  # pragma: no cover - CI has no GPU
 # ------------------------------------------------------------------------------------------------
 # logprob.token at production vocabulary size (check_logprob.py)
 # ------------------------------------------------------------------------------------------------
-from pgspec.conformance import check_logprob  # noqa: E402
+from pgspec.conformance.check import logprob as check_logprob  # noqa: E402
 
 
 def _logprob_cases():
@@ -833,7 +837,7 @@ def test_logprob_check_passes_the_torch_backend_and_catches_a_perturbed_one():
 def test_a_head_that_declines_is_unsupported_and_one_that_crashes_is_an_error():
     """A head raising properties.Unsupported (parameters the framework has no setting for) gives the
     outcome "unsupported" with its reason; any other exception is the adapter's crash, "error"."""
-    from pgspec.conformance.properties import Unsupported
+    from pgspec.adapters.base import Unsupported
 
     def declines(hidden, weight, targets, mask, params):
         raise Unsupported("no logit_scale here")
@@ -1037,7 +1041,7 @@ def test_several_dtypes_share_one_oracle_and_give_each_dtypes_own_result(formula
     alone = [check.run_check(adapter, formula, 3, 64, d, **kw) for d in dtypes]
     assert [r.outcome for r in alone] == ["pass", "fail", "unsupported", "pass"]
     calls = []
-    for module, name in ((check, "oracle"), (check_logprob, "oracle_chunks")):
+    for module, name in ((check.core, "oracle"), (check_logprob, "oracle_chunks")):
         fn = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, _fn=fn, _n=name, **k: (calls.append(_n), _fn(*a, **k))[1])
     together = check.run_checks(adapter, formula, 3, 64, dtypes, **kw)

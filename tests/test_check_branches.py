@@ -1,5 +1,5 @@
 """What a `pgspec check` reports it judged: the count of tokens or rows on each side of each decision
-(conformance/check_branches.py), tested against the decisions the torch backend's gradient shows."""
+(conformance/check/branches.py), tested against the decisions the torch backend's gradient shows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from pgspec.conformance import check, check_branches as cb, cli, runner
+from pgspec.conformance import check, cli
+from pgspec.conformance.check import branches as cb
+from pgspec.conformance.run import runner
 from pgspec.reference import REGISTRY
 
 VERL_KL = {"kl_log_ratio_min": -20, "kl_log_ratio_max": 20, "kl_output_min": -10, "kl_output_max": 10}

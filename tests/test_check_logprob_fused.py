@@ -1,4 +1,4 @@
-"""The fused float64 log-prob oracle (conformance/check_logprob_fused.py) against the torch oracle
+"""The fused float64 log-prob oracle (conformance/check/logprob_fused.py) against the torch oracle
 (check_logprob.oracle_chunks with fused=False), under Triton's interpreter on the CPU.
 
 Triton's interpreter must be chosen (TRITON_INTERPRET=1) before triton is imported, so the kernels run in
@@ -9,7 +9,7 @@ runs them in Liger's environment (ci/install-liger.sh VENV --triton; ci/conforma
 Agreement, per output (both oracles on the same float64 inputs):
 
 - log-probs and the gradient dl/dX: |fused - torch| <= 2 K u64 S, with S the torch oracle's scale (E(l),
-  S(dl/dX)) and K = tolerance.K["logprob"].  The judge (check._Judge) grants the oracle K u64 S: each float64
+  S(dl/dX)) and K = tolerance.K["logprob"].  The judge (check.judging.ChunkJudge) grants the oracle K u64 S: each float64
   evaluation is within that of the exact value, so two are within twice that of each other.
 - the scales E(l), S(dl/dX) and the path sum P: relative difference <= 2 (V + 16) u64.  Every scale is a sum
   of nonnegative terms (no cancellation: E of each node, path sums of |derivatives|) and both oracles form each
@@ -68,7 +68,7 @@ def _corpus_cases():
     """logprob.token's corpus cases that test_logit_scales_equal_the_references_on_the_corpus uses (no softcap,
     some unmasked position), fed as a head: X = the logits [B, T, V], W = the identity [V, V], so that X W^T is
     the logits exactly (products with 0 and 1, sums with zeros)."""
-    from pgspec.conformance import golden
+    from pgspec.conformance.corpus import golden
 
     return [c["id"] for c in golden.load_all() if c["formula"] == "logprob.token" and "error" not in c["category"]
             and c["params"].get("softcap") is None and any(any(r) for r in golden.case_inputs(c)["mask"])]
@@ -79,7 +79,9 @@ CORPUS = _corpus_cases()
 EQUAL = r"""
 import json, sys
 import numpy as np, torch
-from pgspec.conformance import check, check_logprob as lp, check_logprob_fused as fused, tolerance
+from pgspec.conformance import check
+from pgspec.conformance.check import logprob as lp, logprob_fused as fused
+from pgspec.conformance.judge import tolerance
 
 def extremes(T, V, H):
     rng = np.random.default_rng(0)
@@ -112,7 +114,7 @@ def measure(arrays, params, blocks, stop=None, low=None, split=False):
     return {"logprobs": ratio(l0, l1, E0), "grad": ratio(g0, g1, S0), "E(l)": rel(E0, E1), "S(grad)": rel(S0, S1),
             "P": rel(P0, P1), "masked_zero": masked_zero, "rows": int(m.sum()), "exact_logits": exact}
 
-from pgspec.conformance import golden
+from pgspec.conformance.corpus import golden
 
 out = {}
 cases = {c["id"]: c for c in golden.load_all()}
@@ -140,8 +142,8 @@ for name, (B, T, V, H, seed, ragged, params, blocks) in json.loads(sys.argv[1]).
         out["drop-last-tile"] = measure(arrays, params, blocks, stop=V - 60)     # 640: the last tile left out
         out["drop-all-but-one-tile"] = measure(arrays, params, blocks, stop=64)
         # bench/logprob_oracle_cost.py --compare (the check the GPU runs on its compiled kernels)
-        out["agreement"] = [fused.agreement(arrays, params, block_m=32, block_v=64)["ok"],
-                            fused.agreement(arrays, params, block_m=32, block_v=64, _vocab_stop=V - 60)["ok"]]
+        out["agreement"] = [lp.agreement(arrays, params, block_m=32, block_v=64)["ok"],
+                            lp.agreement(arrays, params, block_m=32, block_v=64, _vocab_stop=V - 60)["ok"]]
 print(json.dumps(out))
 """
 
@@ -170,7 +172,7 @@ def test_fused_oracle_equals_the_torch_oracle_on_the_corpus(measured, cid):
     """The corpus's logprob.token cases (ties at the maximum, gaps of 20 and 200, extreme logits, a vocabulary of
     one and of 1024, temperatures from 1e-3 to 1000, a logit scale) through the identity head."""
     r = measured["corpus:" + cid]
-    from pgspec.conformance import golden
+    from pgspec.conformance.corpus import golden
 
     c = next(c for c in golden.load_all() if c["id"] == cid)
     V = len(golden.case_inputs(c)["logits"][0][0])
@@ -207,8 +209,10 @@ COMPOSITES = {"grpo": ("loss.grpo", {"beta": 0}, False), "kl-grpo": ("loss.grpo"
 COMPOSITE = r"""
 import functools, json, os, sys
 import torch
-from pgspec.conformance import check, check_head_loss as hl, check_logprob as lp, tolerance
-from pgspec.conformance import check_logprob_fused as fused
+from pgspec.conformance import check
+from pgspec.conformance.check import head_loss as hl, logprob as lp
+from pgspec.conformance.judge import tolerance
+from pgspec.conformance.check import logprob_fused as fused
 from pgspec.reference import REGISTRY
 
 B, T, V, H = 3, 40, 700, 16
@@ -273,7 +277,7 @@ import json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from pgspec.conformance import check_logprob_fused_kernels as k
+from pgspec.conformance.check import logprob_fused_kernels as k
 
 out = []
 for low in (True, False):
@@ -313,7 +317,9 @@ CHECKS = r"""
 import json
 import torch
 from pgspec.adapters.base import Adapter
-from pgspec.conformance import check, check_logprob_fused, runner
+from pgspec.conformance import check
+from pgspec.conformance.check import logprob_fused as check_logprob_fused
+from pgspec.conformance.run import runner
 
 calls = []
 rows = check_logprob_fused.oracle_rows
@@ -385,8 +391,8 @@ def test_checks_on_the_fused_oracle_pass_a_correct_kernel_and_fail_one_that_drop
 
 
 def test_oracle_choice(monkeypatch):
-    from pgspec.conformance import check_logprob_fused as fused
-    from pgspec.conformance.check import CheckError
+    from pgspec.conformance.check import logprob_fused as fused
+    from pgspec.conformance.check.common import CheckError
 
     monkeypatch.delenv(fused.ENV, raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -416,7 +422,7 @@ def test_an_oracle_that_cannot_run_is_a_usage_error_of_pgspec_check(tmp_path):
 def test_exact_logits_admits_the_seeded_head_only_where_float16_products_are_exact():
     import torch
 
-    from pgspec.conformance import check_logprob, check_logprob_fused as fused
+    from pgspec.conformance.check import logprob as check_logprob, logprob_fused as fused
 
     a = check_logprob.seeded_head(2, 8, 50, 64)
     X, W = torch.as_tensor(a["hidden"]).double(), torch.as_tensor(a["weight"]).double()

@@ -169,7 +169,7 @@ def test_run_matrix_and_failures_readable_at_80_columns(user_repo):
 
 
 def test_adapters_shows_install_commands_whole():
-    from pgspec.conformance import runner
+    from pgspec.conformance.run import runner
 
     r = pgspec("adapters")
     assert r.returncode == 0, r.stderr
@@ -287,8 +287,8 @@ def test_a_run_gives_back_to_the_garbage_collector_what_it_froze(capsys, monkeyp
     import gc
 
     from pgspec.adapters.base import Adapter
-    from pgspec.conformance import runner
-    from pgspec.conformance.gcpause import RunCollector
+    from pgspec.conformance.run import runner
+    from pgspec.conformance.base.gcpause import RunCollector
 
     froze, seen = [], []
     real_freeze, real_call = gc.freeze, Adapter.call
@@ -347,10 +347,10 @@ def test_without_torch_a_run_says_how_to_install_it_in_one_line(tmp_path):
 def test_install_hints_name_the_checkout_command_and_no_temporary_path():
     """One install instruction, from a checkout (pgspec is on no index): the adapters that install as
     extras say `pip install -c constraints.txt -e ".[X]"`; no message points at a /tmp venv."""
-    from pgspec.conformance import runner
+    from pgspec.conformance.run import runner
 
     root = Path(__file__).resolve().parent.parent
-    for path in [*root.glob("adapters/**/*.py"), *root.glob("conformance/*.py")]:
+    for path in [*root.glob("adapters/**/*.py"), *root.glob("conformance/**/*.py")]:
         text = path.read_text()
         assert "/tmp/venv" not in text, path
         assert not re.search(r"pip install (trl|liger-kernel|verl)==", text), path

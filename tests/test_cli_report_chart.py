@@ -7,7 +7,8 @@ import base64
 import math
 import re
 
-from pgspec.conformance import report, runner
+from pgspec.conformance import report
+from pgspec.conformance.run import runner
 
 DTYPES = ["float64", "float32", "bfloat16"]
 

@@ -1,4 +1,4 @@
-"""The vectorized comparison core (conformance/compare.py) decides every element exactly as the
+"""The vectorized comparison core (conformance/judge/compare.py) decides every element exactly as the
 exact comparison (tolerance.compare, mpmath) does, and reports the same worst error ratio and
 first failure: over the golden corpus for the torch backend and the deliberately wrong adapters,
 and on elements built to sit at the bound (where the fast path must fall back)."""
@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 from mpmath import mp, mpf
 
-from pgspec.conformance import compare, golden, runner, tolerance
+from pgspec.conformance.judge import compare, tolerance
+from pgspec.conformance.judge import prepared_cache
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import runner
 from pgspec.reference import REGISTRY
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
@@ -258,7 +261,7 @@ def test_the_largest_ratio_deferred_is_the_largest_worst_ratio(dtype, n):
 def test_property_results_are_identical_in_both_modes():
     """The property checks (their outcomes, messages and largest error ratios) in fast mode, where
     each check's largest ratio is evaluated once at the end, equal those in exact mode."""
-    from pgspec.conformance import properties
+    from pgspec.conformance.run import properties
 
     adapters = [runner.load_adapter("torch")] + [w.adapter() for w in wrong_adapters.WRONG_ADAPTERS]
     for a in adapters:
@@ -351,17 +354,17 @@ def _same_arrays(a, b):
 
 def test_prepared_read_back_from_disk_equals_a_fresh_preparation(tmp_path, monkeypatch):
     monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
-    monkeypatch.setattr(compare, "_FAMILIES", {})
+    monkeypatch.setattr(prepared_cache, "_FAMILIES", {})
     cases = golden.load_all()
     n = 0
     for written in (True, False):       # the first pass writes the files, the second reads them back
-        compare._FAMILIES.clear()
+        prepared_cache._FAMILIES.clear()
         for case in cases[::3]:
             if case.get("expect_error"):
                 continue
             for key, ref in list(case["outputs"].items()) + [(f"grad.{k}", v) for k, v in case["grad"].items()]:
-                token = compare._stored_at_positions(case, key, ref)
-                got = compare._loaded_entry(case, key, token)
+                token = prepared_cache._stored_at_positions(case, key, ref)
+                got = prepared_cache._loaded_entry(case, key, token)
                 if got is None:          # a ragged reference is not kept
                     continue
                 if not written:
@@ -369,7 +372,7 @@ def test_prepared_read_back_from_disk_equals_a_fresh_preparation(tmp_path, monke
                 want = compare.prepare(ref, case["scale"].get(key), case["positions"] if token else None)
                 _same_arrays(got, want)
                 n += 1
-        assert sorted(p.name for p in compare._prepared_dir().glob("*.npz"))   # one file per family
+        assert sorted(p.name for p in prepared_cache._prepared_dir().glob("*.npz"))   # one file per family
     assert n > 2000      # both passes, every third case
 
 
@@ -379,9 +382,9 @@ def test_a_case_not_read_from_its_file_is_prepared_afresh(tmp_path, monkeypatch)
     monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
     case = next(c for c in golden.load_all() if c["formula"] == "kl.k3" and not c.get("expect_error"))
     key = next(iter(case["outputs"]))
-    assert compare._loaded_entry(case, key, False) is not None
+    assert prepared_cache._loaded_entry(case, key, False) is not None
     changed = dict(case, outputs={key: [["0.5" if x is not None else None for x in row]
                                         for row in case["outputs"][key]]})
-    assert compare._loaded_entry(changed, key, False) is None
+    assert prepared_cache._loaded_entry(changed, key, False) is None
     prep = compare.prepare_output(changed, key, changed["outputs"][key], None)
     assert all(r == "0.5" for r in prep.refs)

@@ -9,9 +9,9 @@ import json
 
 from mpmath import mp, mpf
 
-from pgspec.conformance import golden
-from pgspec.conformance.cases import all_cases
-from pgspec.conformance.properties import _common as C
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.corpus.cases import all_cases
+from pgspec.conformance.run.properties import _common as C
 
 
 def test_reference_results_round_trip_exactly(tmp_path, monkeypatch):
@@ -73,16 +73,17 @@ def test_a_damaged_reference_entry_is_evaluated_again(tmp_path, monkeypatch):
 
 
 def test_a_damaged_prepared_golden_file_is_prepared_again(tmp_path, monkeypatch):
-    from pgspec.conformance import compare
+    from pgspec.conformance.judge import compare
+    from pgspec.conformance.judge import prepared_cache
 
     monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
-    monkeypatch.setattr(compare, "_FAMILIES", {})
+    monkeypatch.setattr(prepared_cache, "_FAMILIES", {})
     case = next(c for c in golden.load_all() if c["formula"] == "kl.k3" and not c.get("expect_error"))
     key = next(iter(case["outputs"]))
-    compare._loaded_entry(case, key, False)                  # writes the family's file
-    (path,) = compare._prepared_dir().glob("*.npz")
+    prepared_cache._loaded_entry(case, key, False)                  # writes the family's file
+    (path,) = prepared_cache._prepared_dir().glob("*.npz")
     sha, cases = golden.LOADED[case["family"]]
-    assert compare._read_family(path, cases)                  # intact: read back
+    assert prepared_cache._read_family(path, cases)                  # intact: read back
     import numpy as np
     with np.load(path) as z:
         data = {k: z[k] for k in z.files}
@@ -91,9 +92,9 @@ def test_a_damaged_prepared_golden_file_is_prepared_again(tmp_path, monkeypatch)
     np.savez(path, **data)
     import pytest
     with pytest.raises(ValueError, match="damaged"):
-        compare._read_family(path, cases)
-    compare._FAMILIES.clear()
-    got = compare._loaded_entry(case, key, False)            # prepared afresh, not read
+        prepared_cache._read_family(path, cases)
+    prepared_cache._FAMILIES.clear()
+    got = prepared_cache._loaded_entry(case, key, False)            # prepared afresh, not read
     want = compare.prepare(case["outputs"][key], case["scale"].get(key))
     assert np.array_equal(got.r_hi, want.r_hi)
 

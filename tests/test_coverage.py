@@ -3,7 +3,7 @@ case of its formula (recipe parameters: of some loss.* recipe) and does not bind
 
 from __future__ import annotations
 
-from pgspec.conformance import coverage, golden
+from pgspec.conformance.corpus import coverage, golden
 
 
 def test_every_bounding_parameter_side_binds_somewhere_and_not_everywhere():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pgspec.conformance.declarations import MAX_DECLARATIONS, DeclarationError, load
+from pgspec.conformance.verdicts.declarations import MAX_DECLARATIONS, DeclarationError, load
 
 ADAPTERS = Path(__file__).resolve().parent.parent / "adapters"
 BASE_COMMIT = "https://example.invalid/org/repo/blob/aaaa/"
@@ -209,8 +209,8 @@ def test_every_per_revision_file_is_valid_and_links_only_its_revision(path):
     the corpus, and every link (inherited ones relinked) names the revision's commit, none main's."""
     import tomllib
 
-    from pgspec.conformance import golden
-    from pgspec.conformance.properties import PROPERTIES
+    from pgspec.conformance.corpus import golden
+    from pgspec.conformance.run.properties import PROPERTIES
 
     full = ADAPTERS / path
     data = tomllib.loads(full.read_text())

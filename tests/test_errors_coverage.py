@@ -1,12 +1,12 @@
 """Every SpecError the reference raises is golden data: some expected-error case reaches each site
-(conformance/coverage.py, error_coverage), found by evaluating the cases, never by a list of ids."""
+(conformance/corpus/coverage.py, error_coverage), found by evaluating the cases, never by a list of ids."""
 
 from __future__ import annotations
 
 import pytest
 
-from pgspec.conformance import coverage, golden
-from pgspec.conformance.cases.errors import SPECIFIC
+from pgspec.conformance.corpus import coverage, golden
+from pgspec.conformance.corpus.cases.errors import SPECIFIC
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 from mpmath import mp, mpf
 
-from pgspec.conformance import compare, golden, runner, tolerance
+from pgspec.conformance.judge import compare, tolerance
+from pgspec.conformance.judge import prepared
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import runner
 
 
 def test_case_arrays_hold_the_case_inputs_for_every_case():
@@ -130,20 +133,20 @@ def _same_prepared(a, b):
 
 def _general(ref, scale, monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(compare, "_prepare_strings", lambda ref, scale: None)
-        m.setattr(compare, "_PREPARED", {})
+        m.setattr(prepared, "_prepare_strings", lambda ref, scale: None)
+        m.setattr(prepared, "_PREPARED", {})
         return compare.prepare(ref, scale)
 
 
 def test_numpy_walk_prepares_what_the_general_path_prepares(monkeypatch):
-    compare._PREPARED.clear()
+    prepared._PREPARED.clear()
     n = 0
     for case in golden.load_all()[::7]:
         if case.get("positions") is not None:
             continue
         for key, ref in list(case["outputs"].items()) + [(f"grad.{k}", v) for k, v in case["grad"].items()]:
             scale = case["scale"].get(key)
-            fast = compare._prepare_strings(ref, scale)
+            fast = prepared._prepare_strings(ref, scale)
             n += fast is not None
             assert fast is None or compare.prepare(ref, scale) is not _general(ref, scale, monkeypatch)
             _same_prepared(compare.prepare(ref, scale), _general(ref, scale, monkeypatch))
@@ -182,7 +185,7 @@ def test_property_result_json_is_what_asdict_gives():
     import dataclasses
     import math
 
-    from pgspec.conformance.properties import PropertyResult
+    from pgspec.conformance.run.properties import PropertyResult
 
     failing = PropertyResult("prop.clamp", "kl.k3", "float32", "cpu", "fail", message="m",
                              example={"inputs": {"x": [[1.0, "nan"]]}, "params": {"c": 2}}, repro="r",

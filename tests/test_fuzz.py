@@ -15,11 +15,11 @@ from pgspec.adapters.base import Adapter
 from pgspec.adapters.torch import is_ as good_is
 from pgspec.adapters.torch import logprob as good_logprob
 from pgspec.adapters.torch import loss as good_loss
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 from pgspec.conformance.cli import main
-from pgspec.conformance.declarations import parse
+from pgspec.conformance.verdicts.declarations import parse
 from pgspec.conformance.fuzz import engine
-from pgspec.conformance.golden import generate_case
+from pgspec.conformance.corpus.golden import generate_case
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import wrong_adapters  # noqa: E402

@@ -8,9 +8,11 @@ import gc
 import pytest
 from mpmath import mp, mpf
 
-from pgspec.conformance import compare, golden
-from pgspec.conformance.gcpause import gc_paused
-from pgspec.conformance.properties import _common as C
+from pgspec.conformance.judge import compare
+from pgspec.conformance.judge import prepared_cache
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.base.gcpause import gc_paused
+from pgspec.conformance.run.properties import _common as C
 
 
 def test_paused_inside_and_resumed_after_an_exception():
@@ -81,15 +83,15 @@ def test_golden_files_are_parsed_with_the_collector_paused(monkeypatch):
 
 def test_prepared_references_are_read_back_with_the_collector_paused(monkeypatch):
     seen: list = []
-    real = compare._read_family_arrays
+    real = prepared_cache._read_family_arrays
 
     def spy(*a, **k):
         seen.append(gc.isenabled())
         return real(*a, **k)
 
-    monkeypatch.setattr(compare, "_read_family_arrays", spy)
+    monkeypatch.setattr(prepared_cache, "_read_family_arrays", spy)
     try:
-        compare._read_family("/nonexistent/prepared.npz", {})
+        prepared_cache._read_family("/nonexistent/prepared.npz", {})
     except OSError:
         pass
     assert seen == [False] and gc.isenabled()

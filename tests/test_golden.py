@@ -8,8 +8,8 @@ import shutil
 import pytest
 from mpmath import mp, mpf
 
-from pgspec.conformance import golden
-from pgspec.conformance.cases import all_cases
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.corpus.cases import all_cases
 from pgspec.reference import SpecError
 from pgspec.reference import REGISTRY, evaluate
 
@@ -109,7 +109,7 @@ def test_inputs_are_bfloat16_exact_and_shortest_decimals():
 
 
 def test_generated_scale_inputs_are_bfloat16_exact():
-    from pgspec.conformance.generator import generate_inputs
+    from pgspec.conformance.corpus.generator import generate_inputs
 
     for case in all_cases():
         if case.category == "scale":
@@ -174,7 +174,7 @@ def test_the_documented_20_line_consumer_reads_the_files():
 def test_vectorized_generator_reproduces_the_documented_procedure():
     """The numpy generator gives exactly the numbers of the draw-by-draw reference procedure, for
     every field combination the scale cases use and for one spec with every field at once."""
-    from pgspec.conformance.generator import generate_inputs, generate_inputs_reference
+    from pgspec.conformance.corpus.generator import generate_inputs, generate_inputs_reference
 
     specs = {}
     for case in all_cases():

@@ -131,7 +131,7 @@ def _bits(x):
 
 @pytest.mark.parametrize("cid", SAMPLE)
 def test_text_reproduces_generator(cid):
-    from pgspec.conformance.generator import generate_inputs
+    from pgspec.conformance.corpus.generator import generate_inputs
 
     recipe = CASES[cid]["inputs"]["$generate"]
     mine = generate(recipe)
@@ -192,7 +192,7 @@ class _OldStateGen(Gen):
 def test_other_readings_do_not_reproduce_the_corpus():
     """The comparison above can fail: a generator that mixes the old state, or draws position-major
     (t outer), gives other numbers than the corpus's generator on the same recipe."""
-    from pgspec.conformance.generator import generate_inputs
+    from pgspec.conformance.corpus.generator import generate_inputs
 
     recipe = dict(CASES["is.token.truncate/scale-8192"]["inputs"]["$generate"], T=64, lengths=None)
     theirs = generate_inputs(recipe)

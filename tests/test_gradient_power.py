@@ -10,8 +10,10 @@ import torch
 from mpmath import mpf
 
 from pgspec.adapters.base import Adapter
-from pgspec.conformance import compare, golden, runner
-from pgspec.conformance.tolerance import FLOOR
+from pgspec.conformance.judge import compare
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import runner
+from pgspec.conformance.judge.tolerance import FLOOR
 
 CASES = [c for c in golden.load_all() if not c.get("expect_error") and c.get("grad")]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pgspec.conformance import matrix
+from pgspec.conformance.verdicts import matrix
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "conformance"
 ADAPTERS = ("torch", "trl", "liger", "liger-triton", "verl", "openrlhf", "skyrl", "areal")

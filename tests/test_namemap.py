@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgspec.conformance import golden, namemap
+from pgspec.conformance.corpus import golden, namemap
 
 LINK = "https://example.invalid/x#L1"
 

@@ -29,8 +29,16 @@ def test_wheel_file_list(wheel):
     # every module of the three subpackages, under pgspec/, and nothing at generic top level
     for folder, package in (("reference", "pgspec/reference"), ("conformance", "pgspec/conformance"),
                             ("adapters", "pgspec/adapters")):
-        for src in (ROOT / folder).glob("*.py"):
-            assert f"{package}/{src.name}" in names, f"{package}/{src.name} missing from the wheel"
+        for src in (ROOT / folder).rglob("*.py"):       # the rooms' subpackages too (pyproject.toml lists each)
+            rel = src.relative_to(ROOT / folder).as_posix()
+            assert f"{package}/{rel}" in names, f"{package}/{rel} missing from the wheel"
+    # the published data, where pgspec.conformance.corpus finds it
+    for pattern in ("golden/*.json", "golden/MANIFEST", "presets/*.toml"):
+        found = sorted((ROOT / "conformance").glob(pattern))
+        assert found, pattern
+        for src in found:
+            rel = src.relative_to(ROOT / "conformance").as_posix()
+            assert f"pgspec/conformance/{rel}" in names, f"pgspec/conformance/{rel} missing from the wheel"
     for src in (ROOT / "spec").glob("*.md"):
         assert f"pgspec/spec/{src.name}" in names, f"spec text {src.name} missing from the wheel"
     top = {n.split("/")[0] for n in names}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgspec.conformance.declarations import CAUSES, DeclarationError, load, parse
+from pgspec.conformance.verdicts.declarations import CAUSES, DeclarationError, load, parse
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = sorted(p for p in (ROOT / "adapters").glob("*/*.toml"))

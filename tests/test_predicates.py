@@ -1,6 +1,6 @@
 """Input predicates added for OAT's and torchtune's capabilities: mask_gaps and eps_asymmetric."""
 
-from pgspec.conformance import predicates
+from pgspec.conformance.verdicts import predicates
 
 
 def _case(formula, params=None, **inputs):

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from mpmath import mp, mpf
 
-from pgspec.conformance import properties as P
-from pgspec.conformance import runner
-from pgspec.conformance import strategies as pst
+from pgspec.conformance.run import properties as P
+from pgspec.conformance.run import runner
+from pgspec.conformance.corpus import strategies as pst
 from pgspec.reference import REGISTRY, evaluate
 
 SPEC = Path(__file__).resolve().parent.parent / "spec" / "properties.md"
@@ -204,8 +204,8 @@ def test_clamp_checks_report_a_value_outside_its_bounds_and_a_gradient_on_the_cl
     """prop.clamp's checks (made once per example, used for every dtype) on a result of the
     reference: none; with one ratio past exp(c) and a gradient at a clamped token: both named,
     and the same the second time (the example's checks reused)."""
-    from pgspec.conformance.properties import clamp
-    from pgspec.conformance.properties._common import ref
+    from pgspec.conformance.run.properties import clamp
+    from pgspec.conformance.run.properties._common import ref
 
     fid = "ratio.token"
     ex = next(e for e in P.fixed_examples("prop.clamp", fid) if e["params"]["log_ratio_clamp"] == 0.125)
@@ -232,9 +232,9 @@ def test_clamp_checks_take_an_infinity_only_where_the_bound_lies_beyond_the_dtyp
     (e^0.125)."""
     import math
 
-    from pgspec.conformance import tolerance
-    from pgspec.conformance.properties import clamp
-    from pgspec.conformance.properties._common import ref
+    from pgspec.conformance.judge import tolerance
+    from pgspec.conformance.run.properties import clamp
+    from pgspec.conformance.run.properties._common import ref
 
     fid = "ratio.token"
     def largest_ratio(ex):

@@ -27,7 +27,7 @@ def user_repo(tmp_path):
 
 
 def test_unimplemented_formulas_are_deselected_with_one_summary_line(user_repo):
-    from pgspec.conformance import runner
+    from pgspec.conformance.run import runner
 
     r = pytest_run("--pgspec-adapter", "mymod:adapter", "--pgspec-formulas", "ratio.*", "--pgspec-dtype",
                    "float64", cwd=user_repo)

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from pgspec.adapters.base import Adapter
-from pgspec.conformance import golden, runner
-from pgspec.conformance.declarations import DeclarationError, load, parse
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import runner
+from pgspec.conformance.verdicts.declarations import DeclarationError, load, parse
 
 LINK = "https://example.org/fw/blob/v1/loss.py#L1"
 CASES = runner.select_cases("kl.k1/empty-sequence")     # values and gradient non-zero, one row empty

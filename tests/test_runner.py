@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 HERE = Path(__file__).parent
 ENV_PATH = str(HERE / "fixtures")
@@ -159,7 +159,7 @@ def test_pytest_plugin_runs_the_corpus(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pgspec-adapter", "torch",
                          "--pgspec-dtype", "float32"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
-    from pgspec.conformance import golden
+    from pgspec.conformance.corpus import golden
 
     import re
 

@@ -10,7 +10,7 @@ A table belongs to the formula whose anchor precedes it (a table before any form
 page, such as spec/loss.md's recipe options, belongs to every formula of the family that has the
 parameter). What follows a ';' in a range cell, and an ordering between two parameters (``> a``,
 ``min < max``), are cross-parameter rules, which the expected-error cases check
-(conformance/cases/errors.py). A bound written as a batch quantity (``>= the local count``) is
+(conformance/corpus/cases/errors.py). A bound written as a batch quantity (``>= the local count``) is
 checked by the formula's function against the batch; the registry's own bound is then that
 quantity's least possible value (SYMBOLIC_FLOORS), and a batch-dependent upper bound (``<= T``)
 leaves the registry without one.

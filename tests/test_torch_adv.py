@@ -10,7 +10,7 @@ import torch
 
 from pgspec.adapters.base import Adapter
 from pgspec.adapters.torch import adv as torch_adv
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 IDS = ("adv.group_normalized", "adv.group_centered", "adv.batch_normalized")
 

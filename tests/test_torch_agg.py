@@ -7,8 +7,9 @@ import torch
 
 from pgspec.adapters.base import Adapter
 from pgspec.adapters.torch import agg as torch_agg
-from pgspec.conformance import golden, runner
-from pgspec.conformance.cases import agg as agg_cases
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import runner
+from pgspec.conformance.corpus.cases import agg as agg_cases
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

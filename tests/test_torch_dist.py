@@ -8,8 +8,9 @@ import torch
 from pgspec.adapters.base import Adapter
 from pgspec.adapters.torch import agg as torch_agg
 from pgspec.adapters.torch import dist as torch_dist
-from pgspec.conformance import golden, runner
-from pgspec.conformance.cases import dist as dist_cases
+from pgspec.conformance.corpus import golden
+from pgspec.conformance.run import runner
+from pgspec.conformance.corpus.cases import dist as dist_cases
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

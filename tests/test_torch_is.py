@@ -7,7 +7,7 @@ import torch
 
 from pgspec.adapters.base import Adapter
 from pgspec.adapters.torch import is_ as good
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import torch
 
 from pgspec.adapters.torch import kl as tkl
 from helpers import family_cases, golden_case, torch_adapter_with
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 
 def kl_cases():

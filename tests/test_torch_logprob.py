@@ -10,7 +10,7 @@ import torch
 
 from pgspec.adapters.base import Adapter
 from pgspec.adapters.torch import logprob as torch_logprob
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 IDS = ("logprob.token", "logprob.entropy")
 

@@ -14,7 +14,7 @@ import torch
 from pgspec.adapters.torch import loss as tl
 from pgspec.adapters.torch import surrogate as ts
 from helpers import family_cases, golden_case, torch_adapter_with
-from pgspec.conformance import runner
+from pgspec.conformance.run import runner
 
 
 def loss_cases():

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from pgspec.adapters.base import Adapter
-from pgspec.conformance import runner
-from pgspec.conformance.declarations import DeclarationError, parse
+from pgspec.conformance.run import runner
+from pgspec.conformance.verdicts.declarations import DeclarationError, parse
 
 ERROR_CASES = [c for c in runner.select_cases("*") if c.get("expect_error")]
 
@@ -141,7 +141,7 @@ def test_no_rule_applies_to_an_expected_error_case():
 
 
 def test_a_rule_that_matches_only_expected_error_cases_is_an_error_of_the_file():
-    from pgspec.conformance import golden
+    from pgspec.conformance.corpus import golden
 
     decl = parse({"rule": [{"ids": ["*/error-*"], "kind": "convention", "cause": "formula-variant", "reason": "r",
                             "link": "https://example.org/a#L1"}]}, "adapters/x/deviations.toml")

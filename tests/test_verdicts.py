@@ -11,9 +11,9 @@ import pytest
 
 from pgspec.adapters.base import Adapter
 from pgspec.adapters.torch import ratio as good
-from pgspec.conformance import runner
-from pgspec.conformance.declarations import MAX_DECLARATIONS, DeclarationError, load, parse
-from pgspec.conformance.verdicts import formula_verdicts
+from pgspec.conformance.run import runner
+from pgspec.conformance.verdicts.declarations import MAX_DECLARATIONS, DeclarationError, load, parse
+from pgspec.conformance.verdicts.cells import formula_verdicts
 
 HERE = Path(__file__).parent
 ADAPTERS = HERE.parent / "adapters"
@@ -170,7 +170,7 @@ link = "{LINK}"
 
 
 def test_a_rule_matching_nothing_is_an_error_of_the_file():
-    from pgspec.conformance import golden
+    from pgspec.conformance.corpus import golden
 
     d = decl(f"""
 [[rule]]
@@ -188,7 +188,7 @@ link = "{LINK}"
 
 
 def test_a_rule_whose_conditions_never_hold_is_an_error_of_the_file():
-    from pgspec.conformance import golden
+    from pgspec.conformance.corpus import golden
 
     d = decl(f"""
 [[rule]]
@@ -252,8 +252,8 @@ link = "{LINK}"
 
 @pytest.mark.parametrize("name", sorted(p.name for p in ADAPTERS.iterdir() if (p / "deviations.toml").exists()))
 def test_every_adapters_declarations_file_is_valid_against_the_corpus(name):
-    from pgspec.conformance import golden
-    from pgspec.conformance.properties import PROPERTIES
+    from pgspec.conformance.corpus import golden
+    from pgspec.conformance.run.properties import PROPERTIES
 
     path = ADAPTERS / name / "deviations.toml"
     d = load(path)
@@ -280,7 +280,8 @@ def test_markdown_report_regenerates_byte_identically(tmp_path):
 
 
 def test_matrix_is_per_formula(tmp_path):
-    from pgspec.conformance import matrix, report
+    from pgspec.conformance.verdicts import matrix
+    from pgspec.conformance import report
 
     a = runner.load_adapter("torch")
     summary = run(a, "ratio.token,kl.k1")
@@ -356,7 +357,7 @@ def _rule_by_scan(d, case, dtype):
 
 
 def test_rule_lookup_agrees_with_a_plain_scan_and_sees_a_new_rule():
-    from pgspec.conformance import golden
+    from pgspec.conformance.corpus import golden
 
     cases = golden.load_all()
     files = sorted(p / "deviations.toml" for p in ADAPTERS.iterdir() if (p / "deviations.toml").exists())
@@ -387,9 +388,9 @@ def test_rule_globs_match_exactly_as_fnmatchcase():
     import fnmatch
     from pathlib import Path
 
-    from pgspec.conformance import golden
-    from pgspec.conformance.declarations import Declaration, load
-    from pgspec.conformance.properties import PROPERTIES
+    from pgspec.conformance.corpus import golden
+    from pgspec.conformance.verdicts.declarations import Declaration, load
+    from pgspec.conformance.run.properties import PROPERTIES
 
     root = Path(__file__).resolve().parents[1] / "adapters"
     rules = [d for path in sorted(root.glob("*/deviations*.toml")) for d in load(path).rules]

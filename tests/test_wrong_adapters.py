@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pgspec.conformance import properties as P
-from pgspec.conformance import runner
+from pgspec.conformance.run import properties as P
+from pgspec.conformance.run import runner
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import wrong_adapters  # noqa: E402

@@ -45,7 +45,7 @@ import os
 from pathlib import Path
 
 from ..base import Adapter, load_deviations, spec_param
-from pgspec.conformance.properties import Unsupported as _PropertyUnsupported
+from pgspec.adapters.base import Unsupported as _PropertyUnsupported
 
 FRAMEWORK = "AReaL"
 DIST_NAME = "areal"

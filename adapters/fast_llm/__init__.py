@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pgspec.conformance.properties import Unsupported as _PropertyUnsupported
+from pgspec.adapters.base import Unsupported as _PropertyUnsupported
 
 from .._gitsource import Revision, SourceAdapter, source_env
 from ..base import load_deviations, spec_param

@@ -50,7 +50,7 @@ def load_deviations(path: Path, rules: bool = True):
     capabilities only."""
     decl = base.load_deviations(path)
     if not rules:
-        from pgspec.conformance.declarations import Declarations
+        from pgspec.conformance.verdicts.declarations import Declarations
 
         decl = Declarations(decl.path, list(decl.unsupported), list(decl.capabilities), [])
     return decl
@@ -61,7 +61,7 @@ def load_triton_deviations():
     (Liger's configuration space), then the capabilities and rules of deviations-triton.toml (the
     kernel is other code than ``ppo_loss_fn``, so the chunked path's rules do not apply to it).  Each
     declaration keeps the file it came from (reports show it)."""
-    from pgspec.conformance.declarations import Declarations
+    from pgspec.conformance.verdicts.declarations import Declarations
 
     shared = load_deviations(DEVIATIONS, rules=False)
     own = base.load_deviations(TRITON_DEVIATIONS)
@@ -111,7 +111,7 @@ def _param_map(ids):
 
 def _with_head(adapter, fused=False):
     """The adapter with Liger's LM-head log-prob step (``LigerFusedLinearPPOBase.chunk_forward``, head.py) as its
-    fused head for `pgspec check --formula logprob.token --vocab V` (conformance/check_logprob.py HEAD_PROTOCOL):
+    fused head for `pgspec check --formula logprob.token --vocab V` (conformance/check/logprob.py HEAD_PROTOCOL):
     the step both the chunked and the fused paths run on hidden states; ``fused``: also the whole
     ``LigerFusedLinearGRPOLoss`` for `pgspec check --formula loss.grpo --vocab V` (check_head_loss.py). They take
     tensors on any device."""
@@ -144,7 +144,7 @@ def make_fused_adapter() -> Adapter:
 def load_compiled_deviations():
     """The compiled fused path: deviations.toml whole (it runs the same ppo_loss_fn), then
     deviations-compiled.toml (the construction's capability, and what torch.compile adds)."""
-    from pgspec.conformance.declarations import Declarations
+    from pgspec.conformance.verdicts.declarations import Declarations
 
     shared = load_deviations(DEVIATIONS)
     own = base.load_deviations(COMPILED_DEVIATIONS)
@@ -166,7 +166,7 @@ def make_compiled_adapter() -> Adapter:
 
     from . import fused
 
-    from pgspec.conformance.settings import get
+    from pgspec.conformance.base.settings import get
 
     limit = get("PGSPEC_LIGER_RECOMPILE_LIMIT", 256)     # 1 to 65536, else one line naming it
     torch._dynamo.config.recompile_limit = limit

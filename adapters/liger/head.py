@@ -1,4 +1,4 @@
-"""Liger's LM-head log-prob step for `pgspec check --formula logprob.token --vocab V` (conformance/check_logprob.py).
+"""Liger's LM-head log-prob step for `pgspec check --formula logprob.token --vocab V` (conformance/check/logprob.py).
 
 ``LigerFusedLinearGRPOLoss`` (Liger-Kernel 0.8.5, ``chunked_loss/fused_linear_ppo.py``) turns the hidden
 states and the LM head into per-token log-probs with ``LigerFusedLinearPPOBase.chunk_forward(input_chunk,
@@ -17,7 +17,7 @@ loss half is the vocabulary-of-two construction (construct.py) at the same token
 
 from __future__ import annotations
 
-from pgspec.conformance.check_head_loss import FORMULAS as HEAD_LOSSES   # the token losses a head computes
+from pgspec.adapters.base import HEAD_LOSS_FORMULAS as HEAD_LOSSES   # the token losses a head computes
 
 from .chunked import no_logit_transform, prepare
 
@@ -40,7 +40,7 @@ def head_loss(fid):
     """``LigerFusedLinearGRPOLoss`` whole for the token loss ``fid`` (``compiled=False``, one sequence per chunk,
     as the fused adapter runs it; its ``loss_type`` and the rest of its configuration from the formula's
     parameters, as for the loss rows): hidden states and LM head in, its loss and the gradient w.r.t. the
-    hidden states out (`pgspec check --formula fid --vocab V`, conformance/check_head_loss.py).  With beta > 0
+    hidden states out (`pgspec check --formula fid --vocab V`, conformance/check/head_loss.py).  With beta > 0
     the reference model's log-probs come as ``ref_per_token_logps`` (``use_ref_model=True``), as TRL passes
     them; VESPO's sampler log-probs (``--sampler``) as ``vllm_is_ratio`` = exp(l_old - l_sampler), as TRL
     computes its importance_sampling_ratio (chunked.vespo_is_ratio)."""

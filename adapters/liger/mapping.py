@@ -9,7 +9,7 @@ the parameter value Liger has no counterpart for.
 
 from __future__ import annotations
 
-from pgspec.conformance.properties import Unsupported as _PropertyUnsupported
+from pgspec.adapters.base import Unsupported as _PropertyUnsupported
 from pgspec.reference import REGISTRY
 
 

@@ -100,7 +100,7 @@ def head_loss(fid):
 
 def _head_loss(fid, hidden, weight, targets, mask, old_logprobs, advantages, params, ref_logprobs=None,
                sampler_logprobs=None):
-    """`pgspec check --formula fid --vocab V` (conformance/check_head_loss.py): triton_grpo_loss on the
+    """`pgspec check --formula fid --vocab V` (conformance/check/head_loss.py): triton_grpo_loss on the
     logits ``hidden @ weight^T`` formed in the run's dtype, as a model's LM head hands them over, in the
     (B, T+1, V) layout the kernel takes (its last row is ignored): the kernel's own loop over the
     vocabulary in blocks of 4,096 (an online log-sum-exp in float32), forward and backward, and its

@@ -14,7 +14,7 @@ from __future__ import annotations
 import types
 from collections import defaultdict
 
-from pgspec.conformance.properties import Unsupported
+from pgspec.adapters.base import Unsupported
 
 
 class UnsupportedParameter(Unsupported, NotImplementedError):

@@ -64,7 +64,7 @@ PR2269 = Revision(
 REVISIONS = [MAIN, PR2269]
 
 
-from pgspec.conformance.properties import Unsupported as _PropertyUnsupported  # noqa: E402
+from pgspec.adapters.base import Unsupported as _PropertyUnsupported  # noqa: E402
 
 
 class NeMoRLUnsupported(_PropertyUnsupported, NotImplementedError):

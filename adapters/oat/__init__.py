@@ -71,11 +71,7 @@ PARAM_MAP = {
                      "": 'as loss.grpo with critic_type="drgrpo" (masked_sum / generate_max_length)'},
 }
 
-from pgspec.conformance.properties import Unsupported as _Unsupported  # noqa: E402
-
-
-class UnsupportedParameter(_Unsupported, NotImplementedError):
-    """A parameter value or input form OAT cannot express (declared as a capability in deviations.toml)."""
+from .errors import UnsupportedParameter  # noqa: E402 - raised here and by head.py
 
 
 def framework_version():

@@ -1,4 +1,4 @@
-"""OAT's fused LM head for `pgspec check --formula logprob.token --vocab V` (conformance/check_logprob.py).
+"""OAT's fused LM head for `pgspec check --formula logprob.token --vocab V` (conformance/check/logprob.py).
 
 OAT's default (`use_fused_lm_head=True` in oat/args.py) scores training log-probs without
 materializing the logits: ``PPOLearner.get_batch_logps`` calls
@@ -14,7 +14,8 @@ from __future__ import annotations
 def head_logprob(hidden, weight, targets, mask, params):
     import torch
 
-    from . import UnsupportedParameter, loader
+    from . import loader
+    from .errors import UnsupportedParameter
 
     for name, neutral in (("logit_scale", 1), ("softcap", None)):
         if params.get(name, neutral) != neutral:

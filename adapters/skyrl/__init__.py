@@ -109,7 +109,7 @@ PARAM_MAP = {
 
 
 try:  # a property example outside SkyRL's domain is then reported "unsupported", not an error
-    from pgspec.conformance.properties import Unsupported as _Unsupported
+    from pgspec.adapters.base import Unsupported as _Unsupported
 except ImportError:  # pragma: no cover - the conformance package is always installed with pgspec
     _Unsupported = Exception
 

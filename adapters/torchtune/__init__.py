@@ -60,7 +60,7 @@ PARAM_MAP = {
                         "": "masked_mean(values, mask, dim=1).mean()"},
 }
 
-from pgspec.conformance.properties import Unsupported as _PropertyUnsupported  # noqa: E402
+from pgspec.adapters.base import Unsupported as _PropertyUnsupported  # noqa: E402
 
 
 class TorchtuneUnsupported(_PropertyUnsupported, NotImplementedError):

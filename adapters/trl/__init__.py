@@ -79,7 +79,7 @@ def make_adapter() -> Adapter:
         param_map={**PARAM_MAP, **GMPO_MAP},
         deviations=deviations,
     )
-    # fused LM-head entry points for `pgspec check --vocab` (conformance/check_logprob.py HEAD_PROTOCOL); they take
+    # fused LM-head entry points for `pgspec check --vocab` (conformance/check/logprob.py HEAD_PROTOCOL); they take
     # tensors on any device
     adapter.heads = HEADS
     return adapter

@@ -28,7 +28,7 @@ import types
 from collections import defaultdict
 
 
-from pgspec.conformance.properties import Unsupported
+from pgspec.adapters.base import Unsupported
 
 
 class UnsupportedParameter(Unsupported, NotImplementedError):

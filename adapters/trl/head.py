@@ -1,4 +1,4 @@
-"""TRL's fused LM head for `pgspec check --formula logprob.token --vocab V` (conformance/check_logprob.py).
+"""TRL's fused LM head for `pgspec check --formula logprob.token --vocab V` (conformance/check/logprob.py).
 
 TRL 1.16.0 scores training log-probs without materializing the logits: its patched model forward
 (`trl/trainer/utils.py`, `_fused_forward`) selects the positions with a label and calls

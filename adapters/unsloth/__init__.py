@@ -87,7 +87,7 @@ def make_adapter() -> Adapter:
 def load_compiled_deviations():
     """The compiled path: deviations.toml whole (it traces the same grpo_compute_loss), then
     deviations-compiled.toml (what UnslothEfficientGRPO and torch.compile add)."""
-    from pgspec.conformance.declarations import Declarations
+    from pgspec.conformance.verdicts.declarations import Declarations
 
     shared = load_deviations(DEVIATIONS)
     own = load_deviations(COMPILED_DEVIATIONS)

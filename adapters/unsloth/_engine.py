@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from pgspec.conformance.properties import Unsupported
+from pgspec.adapters.base import Unsupported
 
 
 class UnsupportedParameter(Unsupported, NotImplementedError):

@@ -29,18 +29,7 @@ TINY = 5e-324  # the smallest positive double: a ratio lower bound that can neve
 INF = float("inf")
 
 
-try:  # a property example outside verl's domain is then reported "unsupported", not an error
-    from pgspec.conformance.properties import Unsupported as _Unsupported
-except ImportError:  # pragma: no cover - the conformance package is always installed with pgspec
-    _Unsupported = Exception
-
-
-class ParamUnsupported(_Unsupported, NotImplementedError):
-    """The case asks for a parameter value that verl 0.9.1 cannot be configured to.
-
-    Golden cases outside verl's domain are declared not-applicable (deviations.toml, [[capability]])
-    and never reach the adapter; the property checks build their own examples, and for those this
-    exception (a ``properties.Unsupported``) reports the row as unsupported."""
+from .errors import ParamUnsupported  # noqa: E402,F401 - raised here, and by loss.py
 
 
 # spec parameter -> verl config name, per formula (documentation and reports; README.md has the table)

@@ -27,7 +27,7 @@ INF = float("inf")
 TINY = 5e-324
 
 
-from .impl import ParamUnsupported  # noqa: E402  (one exception class for the adapter)
+from .errors import ParamUnsupported  # noqa: E402  (one exception class for the adapter)
 
 
 # recipe -> (verl policy_loss.loss_mode, actor.loss_agg_mode); loss.dapo / loss.cispo take theirs from `aggregation`

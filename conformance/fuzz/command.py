@@ -29,7 +29,7 @@ def parse_budget(text: str) -> float:
 
 
 def add_arguments(p) -> None:
-    from ..cli import FORMULAS_HELP
+    from ..cli_common import FORMULAS_HELP
 
     p.add_argument("--adapter", default="torch",
                    help="built-in adapter name (pgspec adapters lists them), or module:object for your own adapter")
@@ -70,8 +70,8 @@ def _positive_int(text: str) -> int:
 def select_formulas(globs_text: str, implemented) -> list:
     from pgspec.reference import REGISTRY
 
-    from ..runner import RunError
-    from ..suggest import formula_globs_hint
+    from ..run.runner import RunError
+    from ..base.suggest import formula_globs_hint
 
     globs = [g.strip() for g in globs_text.split(",") if g.strip()]
     if not globs:
@@ -85,10 +85,10 @@ def select_formulas(globs_text: str, implemented) -> list:
 
 
 def run(args) -> int:
-    from ..cli import _adapter_call, _report_path_problem, _say
-    from ..loading import load_adapter
-    from ..runner import RunError
-    from ..tolerance import parse_dtypes
+    from ..cli_common import _adapter_call, _report_path_problem, _say
+    from ..run.loading import load_adapter
+    from ..run.runner import RunError
+    from ..judge.tolerance import parse_dtypes
 
     try:
         dtypes = parse_dtypes(args.dtype)
@@ -129,7 +129,7 @@ def run(args) -> int:
 
 def _task(spec, fid, dtype, per, deadline, args_dict):
     """One (formula, dtype) in a worker process: its FormulaReport as JSON."""
-    from ..loading import load_adapter
+    from ..run.loading import load_adapter
 
     adapter = load_adapter(spec)
     return _one(adapter, spec, fid, dtype, per, deadline, args_dict).to_json()
@@ -147,7 +147,7 @@ def _one(adapter, spec, fid, dtype, per, deadline, a):
     except Exception as e:  # noqa: BLE001 - pgspec's own problem with one formula: reported, the others go on
         import traceback
 
-        from ..logs import save
+        from ..run.logs import save
 
         path = save(traceback.format_exc(), "fuzz-error")
         r = engine.FormulaReport(fid, dtype)
@@ -306,9 +306,9 @@ def case_source(findings: list, adapter_name: str) -> str:
     lines = ['"""Counterexamples found by `pgspec fuzz --adapter ' + adapter_name + '` (conformance/cases form).',
              "",
              "Each is a minimal example on which the adapter disagreed with the reference beyond the tolerance",
-             "model and that no declaration explains.  Move a case into conformance/cases/<family>.py (give it",
+             "model and that no declaration explains.  Move a case into conformance/corpus/cases/<family>.py (give it",
              "a descriptive ID and description) and run `pgspec golden generate`: the generator computes its",
-             'golden values."""', "", "from pgspec.conformance.cases import Case", "", "", "def cases():",
+             'golden values."""', "", "from pgspec.conformance.corpus.cases.case import Case", "", "", "def cases():",
              "    return ["]
     seen = set()
     for f in findings:

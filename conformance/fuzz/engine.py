@@ -90,7 +90,7 @@ def _kind(key: str):
 def _database(adapter_name: str):
     from hypothesis.database import DirectoryBasedExampleDatabase
 
-    from ..cache import cache_dir
+    from ..base.cache import cache_dir
 
     root = cache_dir("fuzz")
     if root is None:
@@ -114,8 +114,8 @@ def fuzz_formula(adapter, fid: str, dtype: str, *, budget: float, seed: int = 0,
     from hypothesis.errors import Unsatisfiable
     from hypothesis.internal.conjecture import engine as hengine
 
-    from .. import strategies as pst
-    from ..runner import declarations_of
+    from ..corpus import strategies as pst
+    from ..run.runner import declarations_of
 
     report = FormulaReport(fid, dtype)
     start = time.monotonic()
@@ -235,7 +235,7 @@ def case_scoped_fit(decl, result, dtype: str, case: dict) -> dict | None:
     classification says explains ``result``, were its IDs the formula's; None when none does."""
     import copy
 
-    from ..classification import classify
+    from ..verdicts.classification import classify
 
     rules = [r for r in case_scoped_rules(decl, result.formula, dtype, result.case_id) if r.conditions_hold(case)]
     if not rules:

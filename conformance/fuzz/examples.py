@@ -29,7 +29,7 @@ from functools import lru_cache
 
 from pgspec.reference import REGISTRY
 
-from .. import strategies as pst
+from ..corpus import strategies as pst
 
 LOGPROB_FIELDS = ("logprobs", "old_logprobs", "sampler_logprobs", "ref_logprobs")
 LOW_PRECISION = ("bfloat16", "float16")
@@ -52,7 +52,7 @@ def _is_log_space(name: str) -> bool:
 @lru_cache(maxsize=None)
 def preset_values() -> dict:
     """{parameter name: sorted values any framework preset gives it} and {recipe: [params, ...]}."""
-    from ..namemap import PRESETS_DIR
+    from ..corpus.namemap import PRESETS_DIR
 
     values: dict = {}
     recipes: dict = {}

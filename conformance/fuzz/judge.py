@@ -26,7 +26,7 @@ import numpy as np
 
 from pgspec.reference import REGISTRY
 
-from .. import compare, tolerance
+from ..judge import compare, tolerance
 
 U64 = 2.0 ** -53
 
@@ -42,7 +42,7 @@ def oracle_adapter():
     """The built-in torch backend (loaded once); ``set_oracle`` replaces it (the power bench keeps an
     unmutated backend as the oracle of a mutated one)."""
     if not _ORACLE:
-        from ..loading import load_adapter
+        from ..run.loading import load_adapter
 
         _ORACLE.append(load_adapter("torch"))
     return _ORACLE[0]
@@ -91,7 +91,7 @@ def fast(adapter, fid: str, example: dict, dtype: str, device: str = "cpu") -> s
     (one line); Invalid when the example is outside the spec."""
     f = REGISTRY[fid]
     inputs, params = example["inputs"], example["params"]
-    from ..runner import adapter_params
+    from ..run.runner import adapter_params
 
     p = adapter_params(fid, params)
     t64 = compare.to_tensors(fid, inputs, "float64", "cpu")
@@ -162,8 +162,8 @@ def record(fid: str, example: dict, description: str = "") -> dict:
     """The example as a golden record (the generator's code: the reference at 60 digits)."""
     from pgspec.reference import SpecError
 
-    from ..cases import Case
-    from ..golden import generate_case
+    from ..corpus.cases.case import Case
+    from ..corpus.golden import generate_case
 
     case = Case(case_id(fid, example), fid, "edge", description or "found by pgspec fuzz", example["inputs"],
                 example["params"])
@@ -176,6 +176,6 @@ def record(fid: str, example: dict, description: str = "") -> dict:
 
 def confirm(adapter, fid: str, example: dict, dtype: str, device: str = "cpu"):
     """The runner's verdict (a CaseResult) on the example made a golden record."""
-    from ..runner import run_case
+    from ..run.runner import run_case
 
     return run_case(adapter, record(fid, example), dtype, device)

@@ -322,7 +322,7 @@ def _table(headers, rows, widths=None, classes=()):
 
 
 def _verdict_cell(v: dict):
-    from pgspec.conformance.verdicts import cell_text
+    from pgspec.conformance.verdicts.cells import cell_text
 
     try:
         text = cell_text(v)
@@ -403,7 +403,7 @@ class FormulaConformanceDirective(SphinxDirective):
                                                                 refwarn=True), nodes.Text(")."))
             if data is not None:
                 row = data.get("formulas", {}).get(f.id, {})
-                from pgspec.conformance.verdicts import validation_text
+                from pgspec.conformance.verdicts.cells import validation_text
 
                 rows, lacking = [], []
                 for name in sorted(frameworks):
@@ -435,7 +435,7 @@ class FormulaConformanceDirective(SphinxDirective):
 
 class NameMapDirective(SphinxDirective):
     def run(self):
-        from pgspec.conformance import namemap
+        from pgspec.conformance.corpus import namemap
         from pgspec.reference import REGISTRY
 
         directory = Path(self.config.pgspec_presets)
@@ -448,7 +448,7 @@ class NameMapDirective(SphinxDirective):
             return [nodes.admonition("", nodes.title("", "No presets yet"), _para(nodes.Text(
                 f"There are no framework preset files in {shown}/ yet, so the name map is empty. Each "
                 "framework's configurations are declared in conformance/presets/<framework>.toml "
-                "(format: pgspec.conformance.namemap).")))]
+                "(format: pgspec.conformance.corpus.namemap).")))]
         out = []
         for path in files:
             presets = namemap.load_file(path)
@@ -553,7 +553,7 @@ class CommandDirective(SphinxDirective):
         return [nodes.literal_block(text, text, language="text", classes=["pgspec-command-output"])]
 
 
-# The matrix page (docs/conformance/matrix.md, written by conformance/matrix.py) is plain Markdown;
+# The matrix page (docs/conformance/matrix.md, written by conformance/verdicts/matrix.py) is plain Markdown;
 # its cells are coloured by verdict here, by a class on each cell, leaving its text as written.
 MATRIX_DOCS = ("conformance/matrix",)
 _MATRIX_CELL = re.compile(r"(pass|FAIL|ERROR|STALE|bug|convention|unsupported|not applicable)\b")

@@ -1,0 +1,390 @@
+"""Named predicates over a golden case's inputs, for declarations (spec/verdicts.md).
+
+A capability or a rule names input forms by these predicates (``inputs = ["empty_row"]``, or
+``"not per_token_advantages"``).  Each function's docstring is its definition.  ``case`` is a golden
+case; its inputs are read through :func:`inputs_of` (generated scale-case inputs included), real
+values as Python floats, masks as bools.  A predicate that concerns an input the case does not
+have is false.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def inputs_of(case: dict) -> dict:
+    values = case.get("$input_values")      # a production-size check's inputs, decoded (conformance/check/)
+    if values is not None:
+        return values
+    from ..corpus.inputs import case_inputs
+
+    return case_inputs(case)
+
+
+def _rows(x):
+    return x if isinstance(x, list) else []
+
+
+def _mask(case):
+    return inputs_of(case).get("mask")
+
+
+def _real_inputs(case):
+    from pgspec.reference import REGISTRY
+
+    f = REGISTRY[case["formula"]]
+    ins = inputs_of(case)
+    for name, value in ins.items():
+        try:
+            kind = f.input(name).kind
+        except Exception:  # noqa: BLE001 - an input the registry does not know is not real
+            continue
+        if kind == "real":
+            yield name, value
+
+
+def _nonfinite(x) -> bool:
+    if isinstance(x, list):
+        return any(_nonfinite(v) for v in x)
+    return isinstance(x, float) and not math.isfinite(x)
+
+
+def nonfinite_masked(case: dict) -> bool:
+    """Some real [B,T] (or [B,T,V]) input holds NaN or an infinity at a position whose mask is false."""
+    mask = _mask(case)
+    if mask is None:
+        return False
+    for _, value in _real_inputs(case):
+        if not isinstance(value, list) or len(value) != len(mask) or not value or not isinstance(value[0], list):
+            continue
+        for row, mrow in zip(value, mask):
+            if len(row) != len(mrow):
+                continue
+            if any(not m and _nonfinite(v) for v, m in zip(row, mrow)):
+                return True
+    return False
+
+
+def empty_row(case: dict) -> bool:
+    """Some sequence (row of ``mask``) has no unmasked token, while some other row has one."""
+    mask = _mask(case)
+    if not mask:
+        return False
+    counts = [sum(1 for m in row if m) for row in mask]
+    return any(c == 0 for c in counts) and any(c > 0 for c in counts)
+
+
+def all_masked(case: dict) -> bool:
+    """No token of the batch is unmasked (``mask`` is false everywhere)."""
+    mask = _mask(case)
+    return mask is not None and not any(m for row in mask for m in row)
+
+
+def per_token_advantages(case: dict) -> bool:
+    """``advantages`` is given per token, shape [B,T], rather than per sequence [B]."""
+    adv = inputs_of(case).get("advantages")
+    return isinstance(adv, list) and bool(adv) and isinstance(adv[0], list)
+
+
+def _groups(case):
+    g = inputs_of(case).get("group_ids")
+    if not isinstance(g, list):
+        return None
+    sizes = {}
+    for x in g:
+        sizes[x] = sizes.get(x, 0) + 1
+    return sizes
+
+
+def singleton_group(case: dict) -> bool:
+    """Some prompt group (value of ``group_ids``) holds exactly one sequence."""
+    sizes = _groups(case)
+    return bool(sizes) and any(n == 1 for n in sizes.values())
+
+
+def unequal_groups(case: dict) -> bool:
+    """The prompt groups (values of ``group_ids``) do not all hold the same number of sequences,
+    or the sequences of one group are not contiguous in the batch."""
+    g = inputs_of(case).get("group_ids")
+    if not isinstance(g, list) or not g:
+        return False
+    sizes = _groups(case)
+    if len(set(sizes.values())) > 1:
+        return True
+    seen, prev = set(), object()
+    for x in g:
+        if x != prev and x in seen:
+            return True
+        seen.add(x)
+        prev = x
+    return False
+
+
+def packed_documents(case: dict) -> bool:
+    """``document_ids`` is given and some row holds more than one document."""
+    d = inputs_of(case).get("document_ids")
+    if not isinstance(d, list):
+        return False
+    return any(len(set(row)) > 1 for row in d if isinstance(row, list))
+
+
+def predicates() -> dict:
+    """{name: function} for every public predicate of this module (a function added here is known)."""
+    import inspect
+    import sys
+
+    module = sys.modules[__name__]
+    return {name: fn for name, fn in inspect.getmembers(module, inspect.isfunction)
+            if not name.startswith("_") and fn.__module__ == __name__ and name not in ("inputs_of", "predicates")}
+
+
+def _params(case: dict) -> dict:
+    from ..corpus.inputs import resolved_params
+
+    return resolved_params(case)
+
+
+def reject_seq_max_k1(case: dict) -> bool:
+    """The case is an ``is.reject`` case that rejects by the k1 statistic at level ``seq_max``."""
+    if case.get("formula") != "is.reject":
+        return False
+    p = _params(case)
+    return p.get("estimator") == "k1" and p.get("level") == "seq_max"
+
+
+def reject_lower_bound_k2_k3(case: dict) -> bool:
+    """The case is an ``is.reject`` case with the k2 or k3 estimator and a lower bound (``lower`` not null)."""
+    if case.get("formula") != "is.reject":
+        return False
+    p = _params(case)
+    return p.get("estimator") in ("k2", "k3") and p.get("lower") is not None
+
+
+def truncated_is_lower_bound(case: dict) -> bool:
+    """The case's importance-sampling correction truncates (``is_level`` not ``"none"``, ``is_mode`` =
+    ``"truncate"``) and has a lower bound (``is_c_min`` not null)."""
+    p = _params(case)
+    return (p.get("is_level", "none") != "none" and p.get("is_mode") == "truncate"
+            and p.get("is_c_min") is not None)
+
+
+def clamped_kl_k1_k2_abs(case: dict) -> bool:
+    """The case has a KL term (``beta`` > 0) with the k1, k2 or abs estimator and sets one of its clamps
+    (``kl_log_ratio_min``, ``kl_log_ratio_max``, ``kl_output_min`` or ``kl_output_max`` not null)."""
+    p = _params(case)
+    beta = p.get("beta")
+    try:
+        beta = float(beta) if beta is not None else 0.0
+    except (TypeError, ValueError):
+        return False
+    if not beta > 0 or p.get("kl_estimator") not in ("k1", "k2", "abs"):
+        return False
+    return any(p.get(k) is not None for k in ("kl_log_ratio_min", "kl_log_ratio_max", "kl_output_min", "kl_output_max"))
+# --- added for the trl, liger and areal declarations -------------------------------------------------
+
+
+def _real(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def large_log_ratio(case: dict) -> bool:
+    """At some unmasked position, |logprobs - old_logprobs| >= 20 or |ref_logprobs - logprobs| >= 20
+    (for the inputs the case gives): exp of such a log-ratio is beyond e^20 = 4.9e8 (float32's exp
+    overflows past 88.7)."""
+    ins = inputs_of(case)
+    mask, lp = ins.get("mask"), ins.get("logprobs")
+    if not isinstance(mask, list) or not isinstance(lp, list):
+        return False
+    for other in ("old_logprobs", "ref_logprobs"):
+        o = ins.get(other)
+        if not isinstance(o, list):
+            continue
+        for r1, r2, mrow in zip(lp, o, mask):
+            if not isinstance(r1, list) or not isinstance(r2, list):
+                continue
+            if any(m and abs(_real(a) - _real(b)) >= 20 for a, b, m in zip(r1, r2, mrow)):
+                return True
+    return False
+
+
+def prompt_mean_over_groups(case: dict) -> bool:
+    """The parameter ``aggregation`` is ``prompt_mean`` and more than one prompt group (value of
+    ``group_ids``) holds an unmasked token (with one such group the prompt mean is the pooled token
+    mean)."""
+    from ..corpus.inputs import resolved_params
+
+    if resolved_params(case).get("aggregation") != "prompt_mean":
+        return False
+    ins = inputs_of(case)
+    g, mask = ins.get("group_ids"), ins.get("mask")
+    if not isinstance(g, list) or not isinstance(mask, list):
+        return False
+    return len({str(x) for x, row in zip(g, mask) if any(row)}) > 1
+
+
+def sampler_logprobs_given(case: dict) -> bool:
+    """The input ``sampler_logprobs`` (the behaviour policy's log-probs) is given."""
+    return isinstance(inputs_of(case).get("sampler_logprobs"), list)
+
+
+def some_row_empty(case: dict) -> bool:
+    """Some sequence (row of ``mask``) has no unmasked token; an all-masked batch counts too (unlike
+    ``empty_row``)."""
+    mask = _mask(case)
+    return bool(mask) and any(not any(row) for row in mask)
+
+
+def group_sizes_differ(case: dict) -> bool:
+    """The prompt groups (values of ``group_ids``) do not all hold the same number of sequences
+    (whether a group's rows are contiguous is not considered; ``unequal_groups`` also counts that)."""
+    sizes = _groups(case)
+    return bool(sizes) and len(set(sizes.values())) > 1
+
+
+def c_max_at_most_one(case: dict) -> bool:
+    """The parameter ``c_max`` (``is_c_max`` of a loss recipe) is a number <= 1: a ratio band whose
+    upper bound does not exceed 1."""
+    from ..corpus.inputs import resolved_params
+
+    p = resolved_params(case)
+    for name in ("c_max", "is_c_max"):
+        v = p.get(name)
+        if v is not None and not isinstance(v, bool) and _real(v) <= 1:
+            return True
+    return False
+
+
+def zero_std_group(case: dict) -> bool:
+    """Some prompt group (value of ``group_ids``) has all its ``rewards`` equal (a group of one
+    included), so that group's standard deviation is 0."""
+    ins = inputs_of(case)
+    g, r = ins.get("group_ids"), ins.get("rewards")
+    if not isinstance(g, list) or not isinstance(r, list):
+        return False
+    by: dict = {}
+    for x, v in zip(g, r):
+        by.setdefault(str(x), []).append(_real(v))
+    return any(len(set(vs)) == 1 for vs in by.values())
+
+
+def zero_logprob(case: dict) -> bool:
+    """Some unmasked ``logprobs`` entry is 0 or positive (probability 1): a framework fed through
+    logits cannot carry the gradient of such a log-prob back through a two-class softmax."""
+    x, m = inputs_of(case).get("logprobs"), _mask(case)
+    if not isinstance(x, list) or m is None:
+        return False
+    for row, mrow in zip(x, m):
+        for v, keep in zip(row, mrow):
+            if keep and float(v) >= 0:
+                return True
+    return False
+
+
+# the sequence-level formulas whose clip compares a row's geometric ratio exp(mean(l - l_old))
+_SEQUENCE_CLIPPED = ("surrogate.gspo", "loss.gspo")
+
+
+def ratio_near_clip_bound(case: dict) -> bool:
+    """The case's formula clips a ratio (it has ``eps_low`` or ``eps_high``) and some ratio it clips
+    lies within a relative 2^-7 (bfloat16's spacing just above 1; float16's is finer) of a clip bound
+    1 - eps_low or 1 + eps_high: a token's ratio exp(logprobs - old_logprobs) at an unmasked position,
+    or, for GSPO and sequence-level LUSPO, a row's geometric ratio exp(mean of its unmasked
+    log-ratios).  Rounding the ratio or the bound to a 16-bit dtype can put it on the other side."""
+    params = _params(case)
+    lo, hi = params.get("eps_low"), params.get("eps_high")
+    bounds = [1 - _real(lo)] if lo is not None else []
+    bounds += [1 + _real(hi)] if hi is not None else []
+    bounds = [b for b in bounds if math.isfinite(b)]
+    ins = inputs_of(case)
+    mask, lp, old = ins.get("mask"), ins.get("logprobs"), ins.get("old_logprobs")
+    if not bounds or not all(isinstance(x, list) for x in (mask, lp, old)):
+        return False
+    sequence = case["formula"] in _SEQUENCE_CLIPPED or (case["formula"] == "loss.luspo"
+                                                         and params.get("ratio_level") == "sequence")
+    ratios = []
+    for r1, r2, mrow in zip(lp, old, mask):
+        if not (isinstance(r1, list) and isinstance(r2, list)):
+            continue
+        logs = [_real(a) - _real(b) for a, b, m in zip(r1, r2, mrow) if m]
+        logs = [x for x in logs if math.isfinite(x)]
+        if sequence:
+            ratios += [math.exp(min(sum(logs) / len(logs), 700.0))] if logs else []
+        else:
+            ratios += [math.exp(min(x, 700.0)) for x in logs]
+    return any(abs(r - b) <= 2.0 ** -7 * b for r in ratios for b in bounds)
+
+
+# the aggregator of each loss recipe's policy term (reference/loss.py): what kl_aggregation = "policy"
+# aggregates the KL term with; loss.dapo and loss.cispo by their ``aggregation`` parameter
+_RECIPE_AGGREGATOR = {
+    "loss.grpo": "sample_mean", "loss.sapo": "sample_mean", "loss.gspo": "sample_mean", "loss.gmpo": "sample_mean",
+    "loss.bnpo": "token_mean", "loss.vespo": "token_mean", "loss.dr_grpo": "constant",
+    "loss.luspo": "seq_mean_token_sum", "loss.minirl": "seq_mean_token_sum",
+}
+
+
+def _kl_aggregator(case: dict):
+    """How the case's KL term is aggregated: None without one (beta 0), else the agg.* name."""
+    params = _params(case)
+    if not _real(params.get("beta") or 0) > 0:
+        return None
+    if params.get("kl_aggregation", "policy") != "policy":
+        return params["kl_aggregation"]
+    if case["formula"] in ("loss.dapo", "loss.cispo"):
+        return params.get("aggregation")
+    return _RECIPE_AGGREGATOR.get(case["formula"], "other")
+
+
+def kl_term_token_mean(case: dict) -> bool:
+    """The case has no KL term (``beta`` = 0), or its KL term is aggregated as the batch's token
+    mean: ``kl_aggregation = token_mean``, or ``policy`` in a recipe whose policy term is a token
+    mean (``loss.bnpo``, ``loss.vespo``; ``loss.dapo`` and ``loss.cispo`` with ``aggregation =
+    token_mean``)."""
+    return _kl_aggregator(case) in (None, "token_mean")
+
+
+def kl_term_sample_mean(case: dict) -> bool:
+    """The case has no KL term (``beta`` = 0), or its KL term is aggregated as a mean of the
+    sequences' token means: ``kl_aggregation = sample_mean``, or ``policy`` in a recipe whose policy
+    term is a sample mean (``loss.grpo``, ``loss.sapo``, ``loss.gspo``, ``loss.gmpo``)."""
+    return _kl_aggregator(case) in (None, "sample_mean")
+
+
+def opsm_sequence_gate_on_token_advantages(case: dict) -> bool:
+    """The case sets OPSM (a ``loss.*`` case with ``opsm_delta`` not null, or a ``mask.opsm`` case),
+    gives per-token advantages ([B,T]) and gates a sequence by its mean advantage
+    (``opsm_advantage_gate``, for ``mask.opsm`` ``advantage_gate``, = ``sequence_mean``): an
+    implementation that gates each token by its own advantage (``token``) reads the same inputs
+    another way."""
+    params = _params(case)
+    if case.get("formula") == "mask.opsm":
+        return params.get("advantage_gate") == "sequence_mean" and per_token_advantages(case)
+    return (params.get("opsm_delta") is not None and params.get("opsm_advantage_gate") == "sequence_mean"
+            and per_token_advantages(case))
+
+
+def mask_gaps(case: dict) -> bool:
+    """Some row of ``mask`` has a masked token between two unmasked ones (its unmasked tokens are not
+    one contiguous run)."""
+    for row in _rows(_mask(case)):
+        on = [t for t, m in enumerate(row) if m]
+        if on and on[-1] - on[0] + 1 != len(on):
+            return True
+    return False
+
+
+def eps_asymmetric(case: dict) -> bool:
+    """The case's formula has both ``eps_low`` and ``eps_high`` and their values (registry defaults
+    where unset) differ."""
+    from ..corpus.inputs import resolved_params
+
+    p = resolved_params(case)
+    if "eps_low" not in p or "eps_high" not in p:
+        return False
+    lo, hi = p["eps_low"], p["eps_high"]
+    if lo is None or hi is None:
+        return lo is not hi
+    return _real(lo) != _real(hi)
