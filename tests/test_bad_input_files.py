@@ -268,7 +268,7 @@ def test_an_intact_golden_record_entry_is_used(tmp_path, monkeypatch):
 def test_a_damaged_prepared_entry_is_prepared_again(tmp_path, monkeypatch, how):
     import numpy as np
 
-    from pgspec.conformance.judge import compare
+    from pgspec.conformance.judge import prepared_cache as compare     # the prepared references' disk cache
 
     monkeypatch.setenv("PGSPEC_CACHE", str(tmp_path))
     monkeypatch.setattr(compare, "_FAMILIES", {})

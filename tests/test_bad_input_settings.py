@@ -119,7 +119,7 @@ def test_the_documented_limits_are_the_codes():
     for name, kind in settings.VARIABLES.items():
         if isinstance(kind, settings.Any):
             continue        # read by the CI scripts and tests
-        generic = re.sub(r"PGSPEC_(NEMO_RL|SLIME|MEGATRON|FAST_LLM)_", "PGSPEC_<NAME>_", name)
+        generic = re.sub(r"PGSPEC_(%s)_" % "|".join(a.upper() for a in settings.CHECKOUT_ADAPTERS), "PGSPEC_<NAME>_", name)
         assert f"`{generic}`" in page or f"`{name}`" in page, name
         if isinstance(kind, settings.Int):
             assert f"from {kind.low} to {kind.high}" in page, name

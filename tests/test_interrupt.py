@@ -117,7 +117,7 @@ def test_the_first_ctrl_c_stops_check_at_once_with_one_line(tmp_path, where):
     when the check calls them (tests/fixtures/interrupt_adapters.py)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
     marker = tmp_path / "called"
-    env.update(PGSPEC_TEST_MARKER=str(marker), PYTHONPATH=os.pathsep.join(
+    env.update(INTERRUPT_TEST_MARKER=str(marker), PYTHONPATH=os.pathsep.join(
         [str(Path(__file__).parent / "fixtures")] + [p for p in [env.get("PYTHONPATH")] if p]))
     argv = [SCRIPT, "check", "--formula", "loss.grpo", "--shape", "16x32768", "--adapter", f"interrupt_adapters:{where}",
             "--dtype", "float32,bfloat16,float64"]

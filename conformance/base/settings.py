@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 # the adapters loaded from a checkout: PGSPEC_<NAME>_SOURCE and PGSPEC_<NAME>_PYTHON
-CHECKOUT_ADAPTERS = ("nemo_rl", "slime", "megatron", "fast_llm")
+CHECKOUT_ADAPTERS = ("nemo_rl", "slime", "megatron", "fast_llm", "torchtune")
 
 
 class SettingError(ValueError):
@@ -94,6 +94,7 @@ VARIABLES = {
     "PGSPEC_FAST_LLM_COMPILE": Choice(("eager", "default")),
     "PGSPEC_MEGATRON_LAYOUT": Choice(("unpacked", "packed")),
     "PGSPEC_LIGER_RECOMPILE_LIMIT": Int(1, 65536, "torch.compile recompilations per function"),
+    "PGSPEC_UNSLOTH_RECOMPILE_LIMIT": Int(1, 65536, "torch.compile recompilations per function"),
     **{f"PGSPEC_{a.upper()}_SOURCE": Folder(must_exist=True) for a in CHECKOUT_ADAPTERS},
     **{f"PGSPEC_{a.upper()}_PYTHON": Executable() for a in CHECKOUT_ADAPTERS},
     # read by ci/ scripts and the project's own tests, not by the package
