@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import math
 import os
 import sys
 
@@ -529,18 +528,12 @@ def _check_outcome(res) -> str:
 
 
 def _seconds(text: str) -> float:
+    from .run.untrusted import parse_seconds
+
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    if value > MAX_SECONDS:     # a larger one overflowed the platform's timeout (exit 3)
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS} seconds (7 days), got {text!r}")
-    return value
-
-
-MAX_SECONDS = 7 * 24 * 3600
+        return parse_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 ISSUES_URL = "the pgspec issue tracker"

@@ -419,7 +419,12 @@ def _expect_rejection(adapter, case, dtype, device, result) -> CaseResult:
         return result
     params = adapter_params(case["formula"], case["params"])
     try:
-        out = adapter.call(case["formula"], tensors, params)
+        with time_limit(adapter.name):      # an invalid input may hang a framework as well as any other
+            out = adapter.call(case["formula"], tensors, params)
+    except CaseTimeout as e:
+        result.outcome = "error"
+        result.message = str(e)
+        return result
     except Exception as e:  # noqa: BLE001 - attributed below: only the framework's own rejection counts
         result.exception = exception_record(e, adapter)
         origin, where = result.exception["origin"], result.exception["where"]
