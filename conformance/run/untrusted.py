@@ -216,7 +216,7 @@ class time_limit:
         seconds, option = CASE_TIMEOUT, CASE_TIMEOUT_OPTION
         if not seconds or not can_time_limit():
             return self
-        outer, _ = signal.getitimer(signal.ITIMER_REAL)
+        outer, interval = signal.getitimer(signal.ITIMER_REAL)
         if outer and outer <= seconds:      # the outer deadline comes first: it decides
             return self
 
@@ -224,7 +224,7 @@ class time_limit:
             raise CaseTimeout(f"adapter {self.name!r} did not return within {seconds:g} s ({option}): its call "
                               "was interrupted")
 
-        self.outer = (outer, time.monotonic()) if outer else None
+        self.outer = (outer, interval, time.monotonic()) if outer else None
         self.previous = signal.signal(signal.SIGALRM, fire)
         signal.setitimer(signal.ITIMER_REAL, seconds)
         return self
@@ -238,8 +238,8 @@ class time_limit:
             signal.signal(signal.SIGALRM, self.previous)
             self.previous = None
             if self.outer is not None:      # the outer timer, with the time it had left (due now: at once)
-                outer, since = self.outer
-                signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - since), 1e-6))
+                outer, interval, since = self.outer
+                signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - since), 1e-6), interval)
                 self.outer = None
         return False
 
