@@ -186,9 +186,11 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
                    TimeElapsedColumn())
         # the bar counts results, as the last line does ("N results in all"): each golden case in each
         # dtype, then each property check of a selected formula in each dtype
-        from .run.properties import planned
+        checks = 0
+        if args.properties:
+            from .run.properties import planned
 
-        checks = len(planned(args.formulas)) if args.properties else 0
+            checks = len(planned(args.formulas))
         with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
             total = (len(cases) + checks) * len(dtypes)
             task = progress.add_task(f"{adapter.name} on {args.device}", total=total)
