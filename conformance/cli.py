@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import math
 import os
 import sys
 
@@ -185,13 +184,20 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
         summary = runner.RunSummary()
         columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn())
+        # the bar counts results, as the last line does ("N results in all"): each golden case in each
+        # dtype, then each property check of a selected formula in each dtype
+        checks = 0
+        if args.properties:
+            from .run.properties import planned
+
+            checks = len(planned(args.formulas))
         with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
-            task = progress.add_task(f"{adapter.name} on {args.device}", total=len(cases) * len(dtypes))
+            total = (len(cases) + checks) * len(dtypes)
+            task = progress.add_task(f"{adapter.name} on {args.device}", total=total)
             isolated = getattr(adapter, "run_case", None)
             collector.keep()
             for k, dtype in enumerate(dtypes, 1):
-                # what runs now: the dtype, its place among them and the phase (the total counts the golden
-                # cases of every dtype; the property checks follow)
+                # what runs now: the dtype, its place among them and the phase
                 progress.update(task, description=f"{adapter.name} on {args.device}: golden cases, {dtype} "
                                                   f"({k} of {len(dtypes)} dtypes)")
                 if isolated is not None:
@@ -206,9 +212,14 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
                         advance=(lambda: progress.advance(task)) if console.is_terminal else None))
                 collector.keep()
             if args.properties:
-                for dtype in dtypes:
-                    progress.update(task, description=f"{adapter.name} on {args.device}: properties ({dtype})")
-                    summary.results.extend(_properties(adapter, dtype, args.device, args.formulas, args.adapter))
+                for k, dtype in enumerate(dtypes, 1):
+                    progress.update(task, description=f"{adapter.name} on {args.device}: property checks, {dtype} "
+                                                      f"({k} of {len(dtypes)} dtypes)")
+                    rows = _properties(adapter, dtype, args.device, args.formulas, args.adapter)
+                    summary.results.extend(rows)
+                    # a crash of the checks is one error row: the total follows, so that it stays the line's
+                    total += len(rows) - checks
+                    progress.update(task, total=total, advance=len(rows))
     finally:
         if getattr(adapter, "run_case", None) is not None:
             adapter.close()
@@ -519,18 +530,12 @@ def _check_outcome(res) -> str:
 
 
 def _seconds(text: str) -> float:
+    from .run.untrusted import parse_seconds
+
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    if value > MAX_SECONDS:     # a larger one overflowed the platform's timeout (exit 3)
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS} seconds (7 days), got {text!r}")
-    return value
-
-
-MAX_SECONDS = 7 * 24 * 3600
+        return parse_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 ISSUES_URL = "the pgspec issue tracker"

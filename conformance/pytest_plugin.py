@@ -6,7 +6,9 @@ whose node ID is ``pgspec::<case ID>[<dtype>]``, e.g. ``pgspec::kl.k3/two-tokens
 ID, or a prefix of it (``pgspec::kl.k3``, ``pgspec``), passed back on the command line reruns just
 those tests.  pass -> passed; fail, error or stale-deviation -> failed (with the first failing
 element, a repro snippet and the command that reruns the test); a declared bug or convention ->
-xfailed with its reason and link.  Cases of formulas the adapter does not implement, dtypes it does
+xfailed with its reason and link.  ``--pgspec-case-timeout SECONDS`` (or the ini setting
+``pgspec_case_timeout``) makes a case that does not return within that time fail as an error, as
+``pgspec run --case-timeout`` does in-process.  Cases of formulas the adapter does not implement, dtypes it does
 not support, and cases outside its declared capabilities are deselected (one summary line says how
 many; under pytest-xdist, in the controller's closing summary), not skipped one by one.  Without the
 option the plugin does nothing.
@@ -38,6 +40,13 @@ def pytest_addoption(parser):
                          f"(default: {DEFAULT_DTYPES}, as pgspec run)")
     group.addoption("--pgspec-formulas", default="*", metavar="GLOBS",
                     help="formula or case ID globs, comma-separated, e.g. 'kl.*,loss.grpo' (default: *)")
+    group.addoption("--pgspec-case-timeout", default=None, metavar="SECONDS",
+                    help="a case whose adapter call takes longer fails as an error (its Python code is interrupted, "
+                         "as `pgspec run --case-timeout` does in-process; POSIX, the main thread); more than 0, at "
+                         "most 604800 (default: the ini setting pgspec_case_timeout, else no limit)")
+    parser.addini("pgspec_case_timeout", default="",
+                  help="pgspec plugin: the time limit of each case in seconds, as --pgspec-case-timeout "
+                       "(default: none, no limit)")
 
 
 class PgspecItem(pytest.Item):
@@ -47,11 +56,20 @@ class PgspecItem(pytest.Item):
         self.dtype = dtype
 
     def runtest(self):
-        from pgspec.conformance.run import runner
+        from pgspec.conformance.run import runner, untrusted
 
         adapter = self.config._pgspec_adapter
         device = self.config.getoption("--pgspec-device")
-        result = runner.run_case(adapter, self.case, self.dtype, device)
+        seconds, option = self.config._pgspec_case_timeout
+        if seconds and not untrusted.can_time_limit() and not getattr(self.config, "_pgspec_timeout_warned", False):
+            self.config._pgspec_timeout_warned = True
+            import warnings
+
+            warnings.warn(pytest.PytestWarning(
+                f"{option} {seconds:g}: the pgspec tests run outside the main thread here, where no time limit "
+                "can interrupt a case: they run without one"))
+        with untrusted.case_timeout(seconds, option):
+            result = runner.run_case(adapter, self.case, self.dtype, device)
         self.user_properties.append(("pgspec_outcome", result.outcome))
         if result.error_ratio is not None:
             self.user_properties.append(("pgspec_error_ratio", result.error_ratio))
@@ -91,6 +109,8 @@ def rerun_command(config, nodeid: str) -> str:
     parts = ["pytest", "--pgspec-adapter", config.getoption("--pgspec-adapter")]
     if config.getoption("--pgspec-device") != "cpu":
         parts += ["--pgspec-device", config.getoption("--pgspec-device")]
+    if config.getoption("--pgspec-case-timeout") is not None:     # (the ini setting applies to the rerun too)
+        parts += ["--pgspec-case-timeout", config.getoption("--pgspec-case-timeout")]
     return " ".join(shlex.quote(p) for p in parts + [nodeid])
 
 
@@ -166,6 +186,7 @@ def pytest_configure(config):
         dtypes = parse_dtypes(config.getoption("--pgspec-dtype"), option="--pgspec-dtype")
     except ValueError as e:
         raise pytest.UsageError(str(e)) from None
+    config._pgspec_case_timeout = _case_timeout(config)
     try:
         adapter = runner.load_adapter(name)
     except runner.RunError as e:
@@ -191,6 +212,28 @@ def pytest_configure(config):
     config._pgspec_dtypes = dtypes
     config._pgspec_adapter = adapter
     config._pgspec_deselected = {}
+
+
+def _case_timeout(config) -> tuple:
+    """(seconds or None, the option that set them): --pgspec-case-timeout, else the ini setting
+    pgspec_case_timeout, in the range of `pgspec run --case-timeout` (docs/bad-input.md)."""
+    import signal
+
+    from pgspec.conformance.run.untrusted import parse_seconds
+
+    text, option = config.getoption("--pgspec-case-timeout"), "--pgspec-case-timeout"
+    if text is None:
+        text, option = config.getini("pgspec_case_timeout"), "pgspec_case_timeout (ini)"
+        if not str(text).strip():
+            return None, option
+    try:
+        seconds = parse_seconds(text)
+    except ValueError as e:
+        raise pytest.UsageError(f"{option}: {e}") from None
+    if not hasattr(signal, "setitimer"):
+        raise pytest.UsageError(f"{option}: a case's time limit needs POSIX interval timers (signal.setitimer), "
+                                "which this platform lacks; run without it (or use pytest-timeout's thread method)")
+    return seconds, option
 
 
 def _take_node_id_args(config):
@@ -259,9 +302,11 @@ def pytest_report_header(config):
     if adapter is None:
         return None
     name = config.getoption("--pgspec-adapter")
+    seconds, option = config._pgspec_case_timeout
+    limit = f"at most {seconds:g} s a case ({option})" if seconds else "no time limit (--pgspec-case-timeout)"
     return (f"pgspec plugin: the golden cases against {adapter.name} ({adapter.version}) on "
             f"{config.getoption('--pgspec-device')} in {', '.join(config._pgspec_dtypes)}, formulas "
-            f"{config.getoption('--pgspec-formulas')}; not the property checks (spec/properties.md): "
+            f"{config.getoption('--pgspec-formulas')}, {limit}; not the property checks (spec/properties.md): "
             f"`pgspec run --adapter {name}` runs both")
 
 

@@ -16,6 +16,18 @@ from .verdicts.cells import cell_text as verdict_text
 from .verdicts.cells import formula_verdicts, ratio_text, validation_text
 
 
+# Where a result's error ratio goes: "worst", the results judged as they are (pass, fail, stale), or
+# "declared", those a declaration explains (bug, convention), so that a declared deviation is never
+# shown as a failure; the chart, the HTML and Markdown tables and the terminal's "pass <worst>" agree.
+WORST_OF = {"pass": "worst", "fail": "worst", "stale-deviation": "worst", "bug": "declared", "convention": "declared"}
+
+
+def _fold_worst(cell: dict, r) -> None:
+    key = WORST_OF.get(r.outcome)
+    if r.error_ratio is not None and key is not None:
+        cell[key] = r.error_ratio if cell[key] is None else max(cell[key], r.error_ratio)
+
+
 def matrix(summary, dtypes):
     """{family: {dtype: {"counts": {outcome: n}, "worst": float|None, "declared": float|None}}}: the
     worst error ratio of the results judged as they are (pass, fail, stale) and, apart, of those a
@@ -25,11 +37,17 @@ def matrix(summary, dtypes):
         cell = table.setdefault(r.family, {}).setdefault(r.dtype, {"counts": dict.fromkeys(OUTCOMES, 0), "worst": None,
                                                                   "declared": None})
         cell["counts"][r.outcome] += 1
-        key = {"pass": "worst", "fail": "worst", "stale-deviation": "worst", "bug": "declared",
-               "convention": "declared"}.get(r.outcome)
-        if r.error_ratio is not None and key is not None:
-            cell[key] = r.error_ratio if cell[key] is None else max(cell[key], r.error_ratio)
+        _fold_worst(cell, r)
     return table
+
+
+def formula_worst(summary) -> dict:
+    """{formula: {"worst": float|None, "declared": float|None}}: per formula, the worst error ratio of
+    its results judged as they are and, apart, of those a declaration explains (as ``matrix``)."""
+    out: dict = {}
+    for r in summary.results:
+        _fold_worst(out.setdefault(r.formula, {"worst": None, "declared": None}), r)
+    return out
 
 
 def cell_text(cell) -> str:
@@ -252,16 +270,20 @@ def to_markdown(summary, adapter, device, dtypes) -> str:
         "## Verdict per formula",
         "",
         "Verdicts as spec/verdicts.md defines them, over all dtypes and the property checks of the formula; "
-        "worst: the largest error ratio (error / bound; below 1 passes) of the compared cases.",
+        "worst: the largest error ratio (error / bound; below 1 passes) of the results judged as they are "
+        "(pass, fail, stale); declared worst, apart: that of the results a declared rule explains (known bugs, "
+        "conventions).",
         "",
-        "| formula | verdict | pass | bug | convention | not applicable | worst | validation |",
-        "|---|---|---|---|---|---|---|---|",
+        "| formula | verdict | pass | bug | convention | not applicable | worst | declared worst | validation |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    worst = formula_worst(summary)
     for fid, v in verdicts.items():
         c = v["counts"]
+        w = worst.get(fid, {"worst": None, "declared": None})
         lines.append(f"| `{fid}` | {verdict_text(v)} | {c.get('pass', 0)} | {c.get('bug', 0)} | "
-                     f"{c.get('convention', 0)} | {c.get('not-applicable', 0)} | {ratio_text(v['worst_ratio'])} | "
-                     f"{validation_text(v)} |")
+                     f"{c.get('convention', 0)} | {c.get('not-applicable', 0)} | {ratio_text(w['worst'])} | "
+                     f"{ratio_text(w['declared'])} | {validation_text(v)} |")
     lines.append("")
     lines += _declaration_tables(summary, adapter)
     lines += ["## Counts per family and dtype", "",
@@ -403,14 +425,18 @@ def to_html(summary, adapter, device, dtypes) -> str:
     h = _header(adapter, device, dtypes)
     png = base64.b64encode(_plot_png(summary, dtypes)).decode()
     shown, lacking = formula_table(summary)
+    worst = formula_worst(summary)
     rows = []
     for fid, v in shown.items():
         c = v["counts"]
         cls = {"fail": "bad", "error": "bad", "stale": "bad", "bug": "dev", "convention": "dev",
                "pass": "ok"}.get(v["verdict"], "na")
         cells = "".join(f"<td>{c.get(k, 0) or ''}</td>" for k in TABLE_COLUMNS)
+        w = worst.get(fid, {"worst": None, "declared": None})
+        declared = ratio_text(w["declared"])
+        dev = ' class="dev"' if declared else ""
         rows.append(f'<tr><th><code>{html.escape(fid)}</code></th><td class="{cls}">{html.escape(verdict_text(v))}</td>'
-                    f"{cells}<td>{html.escape(ratio_text(v['worst_ratio']))}</td>"
+                    f"{cells}<td>{html.escape(ratio_text(w['worst']))}</td><td{dev}>{html.escape(declared)}</td>"
                     f"<td>{rejects_text(v)}</td></tr>")
     # failures, errors, stale and declared deviations; validation (rejected, not-rejected) is the rejects column
     notable = [r for r in summary.results
@@ -443,8 +469,10 @@ pre {{ background: #f6f6f6; padding: 0.6em; overflow-x: auto; }}
 golden corpus pgspec {html.escape(h['golden']['pgspec'])}, mpmath {html.escape(h['golden']['mpmath'])}, dps {h['golden']['dps']}.</p>
 <p>One row per formula, as the conformance matrix (spec/verdicts.md): the verdict over every dtype and the
 property checks, the numeric results by outcome (they add up to the line above), the worst error ratio
-(error / bound; below 1 passes) and, apart, how many of its invalid inputs the framework rejects.</p>
-<table><tr><th>formula</th><th>verdict</th>{heads}<th>worst</th><th>rejects</th></tr>
+(error / bound; below 1 passes) of the results judged as they are (pass, fail, stale), the worst of those
+a declared rule explains (known bugs, conventions) apart, and how many of its invalid inputs the framework
+rejects.</p>
+<table><tr><th>formula</th><th>verdict</th>{heads}<th>worst</th><th>declared worst</th><th>rejects</th></tr>
 {''.join(rows)}
 </table>
 {lacking_text}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mpmath import mp, mpf
 from mpmath.libmp import from_float as _from_float
 
-from . import _ad
+from . import _ad, _progress
 from ._errors import SpecError
 from ._registry import Formula, get
 
@@ -19,7 +19,7 @@ MAX_ELEMENTS = 1_000_000
 
 
 def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: int = DEFAULT_DPS,
-             with_scale: bool = False):  # noqa: C901
+             with_scale: bool = False, progress=None):  # noqa: C901
     """Evaluate formula ``formula_id`` on ``inputs`` with ``params`` at ``dps`` decimal digits.
 
     Returns a dict from each output name to an ``mpf`` (or a bool, an int, ``None`` at a masked
@@ -30,6 +30,12 @@ def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: 
     With ``with_scale=True`` the result also has ``"scale"``: the tolerance model's scale S
     (spec/tolerance.md) of every output element, keyed by output name, and of every gradient
     element, keyed ``"grad.<input>"``.
+
+    ``progress``: None (the default) shows the evaluation's steps and the time elapsed on stderr when
+    it is a terminal and an input has at least 100,000 elements (minutes of work); True shows them on
+    a terminal whatever the size; False never; a callable is called ``progress(step, done, total)``
+    as each step starts ("the inputs", "the formula", "the gradient", "the error scales": ``done`` of
+    ``total`` steps are done) and ``("done", total, total)`` at the end.
     """
     if not isinstance(formula_id, str):
         raise SpecError(f"formula_id must be a formula ID string such as 'kl.k3', got {type(formula_id).__name__} "
@@ -42,9 +48,12 @@ def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: 
         raise SpecError(f"dps must be an integer from 15 to {MAX_DPS}, got {dps!r}")
     if not isinstance(inputs, dict):
         raise SpecError(f"{formula_id}: inputs must be a dict of input name -> nested list, got {type(inputs).__name__}")
-    with mp.workdps(dps):
+    _progress.check_progress(progress)
+    with mp.workdps(dps), _progress.steps(progress, f, inputs, with_scale) as step:
+        step("the inputs")
         checked_params = check_params(f, params)
         converted, leaves = convert_inputs(f, inputs, track_all=with_scale)
+        step("the formula")
         raw = f.func(**converted, **checked_params)
         missing = [o.name for o in f.outputs if o.name not in raw]
         extra = [k for k in raw if k not in {o.name for o in f.outputs}]
@@ -52,15 +61,18 @@ def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: 
             raise AssertionError(f"{formula_id}: outputs {sorted(raw)} do not match the declaration")
         result = {name: _values(v) for name, v in raw.items()}
         grads = {}
-        # one walk and sort of the graph of every output serves the gradient and the scales
-        order = _ad.graph_order([raw[o.name] for o in f.outputs]) if with_scale else None
+        order = None
         if f.differentiable:
+            step("the gradient")
+            # one walk and sort of the graph of every output serves the gradient and the scales
+            order = _ad.graph_order([raw[o.name] for o in f.outputs]) if with_scale else None
             d = _ad.backward(raw[f.grad_of], order=order)
             for name, nested_leaves in leaves.items():
                 grads[name] = _collect(nested_leaves, d)
         result["grad"] = grads
         if with_scale:
-            result["scale"] = _scales(f, raw, leaves, order)
+            step("the error scales")
+            result["scale"] = _scales(f, raw, leaves, order)    # (without a gradient, the same walk, made there)
     return result
 
 

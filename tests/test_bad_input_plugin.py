@@ -70,3 +70,70 @@ def test_a_corrupted_family_is_one_failing_test_and_the_others_run(pytester, mon
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     assert outcomes["failed"] == 1 and outcomes["passed"] == 1  # ratio.token/two-tokens [float64]
     assert f"golden file problem (its family is not run): {d}/kl.json: sha256 " in text
+
+
+# a case's time limit (issue 39): --pgspec-case-timeout, or the ini setting pgspec_case_timeout ------
+
+@pytest.mark.parametrize("value, expected", [
+    ("0", "must be a positive number of seconds, got '0'"),
+    ("-1", "must be a positive number of seconds, got '-1'"),
+    ("nan", "must be a positive number of seconds, got 'nan'"),
+    ("inf", "must be a positive number of seconds, got 'inf'"),
+    ("soon", "must be a number of seconds, got 'soon'"),
+    ("604801", "must be at most 604800 seconds (7 days), got '604801'"),
+])
+@pytest.mark.parametrize("where", ["option", "ini"])
+def test_a_bad_case_timeout_is_a_usage_error(pytester, monkeypatch, value, expected, where):
+    """The range of `pgspec run --case-timeout`, the option or ini setting named in one line."""
+    if where == "option":
+        args, name = ["--pgspec-case-timeout", value], "--pgspec-case-timeout"
+    else:
+        pytester.makeini(f"[pytest]\npgspec_case_timeout = {value}\n")
+        args, name = [], "pgspec_case_timeout (ini)"
+    result, text = run(pytester, monkeypatch, "--pgspec-adapter", "torch", "--pgspec-formulas", "kl.k1", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"ERROR: {name}: {expected}" in result.errlines, result.errlines
+
+
+# kl.k1 never returns (a sleep; a loop that swallows every Exception); kl.k2 is correct.  The
+# expected-error case is called too (an invalid input may hang a framework as well).
+HANGING = "kl.k1/on-reference,kl.k1/error-unknown-parameter,kl.k2/on-reference"
+
+
+@pytest.mark.parametrize("factory, name", [("hangs_in_k1", "hangs"), ("hangs_swallowing", "hangs-swallowing")])
+@pytest.mark.parametrize("where", ["option", "ini"])
+def test_a_case_that_hangs_fails_within_the_time_limit(pytester, monkeypatch, factory, name, where):
+    import time
+
+    if where == "option":
+        args, option = ["--pgspec-case-timeout", "0.5"], "--pgspec-case-timeout"
+    else:
+        pytester.makeini("[pytest]\npgspec_case_timeout = 0.5\n")
+        args, option = [], "pgspec_case_timeout (ini)"
+    start = time.monotonic()
+    result, text = run(pytester, monkeypatch, "--pgspec-adapter", f"bad_input_adapters:{factory}", "--pgspec-formulas",
+                       HANGING, "--pgspec-dtype", "float64", *args, "-rA")
+    assert time.monotonic() - start < 60
+    outcomes = result.parseoutcomes()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert outcomes["failed"] == 2 and outcomes["passed"] == 1, text
+    message = f"adapter {name!r} did not return within 0.5 s ({option}): its call was interrupted"
+    assert text.count(f"error: kl.k1/on-reference [float64]\n{message}") == 1, text
+    assert text.count(f"error: kl.k1/error-unknown-parameter [float64]\n{message}") == 1, text
+    rerun = f"pytest --pgspec-adapter bad_input_adapters:{factory}{' --pgspec-case-timeout 0.5' if args else ''} "
+    assert f"{rerun}'pgspec::kl.k1/on-reference[float64]'" in text
+    import signal
+
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)     # the timer is off after the run
+
+
+@pytest.mark.parametrize("args, expected", [([], "no time limit (--pgspec-case-timeout)"),
+                                           (["--pgspec-case-timeout", "2.5"], "at most 2.5 s a case (--pgspec-case-timeout)")])
+def test_the_header_says_what_the_time_limit_is(pytester, monkeypatch, args, expected):
+    monkeypatch.syspath_prepend(FIXTURES)
+    pytester.makepyfile(test_nothing="")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--pgspec-adapter", "torch", "--pgspec-formulas",
+                                          "kl.k1/on-reference", "--pgspec-dtype", "float64", *args)
+    assert result.ret == pytest.ExitCode.OK
+    (header,) = [ln for ln in result.outlines if ln.startswith("pgspec plugin: ")]
+    assert expected in header, header

@@ -126,8 +126,12 @@ def test_the_documented_limits_are_the_codes():
         if isinstance(kind, settings.Choice):
             assert all(f"`{c}`" in page for c in kind.choices if c), name
     assert f"at most {_evaluate.MAX_ELEMENTS:,}" in page and f"from 15 to {_evaluate.MAX_DPS}" in page
+    assert f"largest input has at least {_evaluate._progress.PROGRESS_ELEMENTS:,} elements" in page
     assert f"{check_memory.BYTES_PER_TOKEN} bytes per token" in page
     assert f"{check_memory.BYTES_PER_LOGIT} bytes per element" in page
     assert f"at most {files.MAX_GOLDEN_BYTES >> 20} MiB" in page and f"at most {files.MAX_CONFIG_BYTES >> 20} MiB" in page
-    assert "at most 604800 (7 days)" in page
+    from pgspec.conformance.run import untrusted
+
+    assert f"at most {untrusted.MAX_SECONDS} (7 days)" in page
+    assert "`pytest --pgspec-case-timeout SECONDS`, ini `pgspec_case_timeout`" in page     # the plugin's limit
     assert "bad-input" in (ROOT / "docs" / "index.md").read_text()

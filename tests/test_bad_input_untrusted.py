@@ -244,6 +244,60 @@ def test_a_case_that_hangs_in_this_process_is_its_error_with_case_timeout(capsys
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)     # the timer is off after the run
 
 
+class Outer(BaseException):
+    """What an outer timer (pytest-timeout's signal method) raises when it fires."""
+
+
+def _outer_timer(seconds):
+    import signal
+
+    def fire(signum, frame):
+        raise Outer()
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    return fire, previous
+
+
+def test_a_case_time_limit_keeps_a_longer_outer_timer(monkeypatch):
+    """pytest-timeout's signal method and a case's limit share SIGALRM: the case's limit fires first, then
+    the outer timer is set again with the time it had left, and its handler is back."""
+    import signal
+    import time
+
+    from pgspec.conformance.run import untrusted as u
+
+    fire, previous = _outer_timer(30.0)
+    try:
+        with u.case_timeout(0.2, "--pgspec-case-timeout"):
+            with pytest.raises(u.CaseTimeout, match=r"within 0.2 s \(--pgspec-case-timeout\)"):
+                with u.time_limit("x"):
+                    time.sleep(5)
+        assert signal.getsignal(signal.SIGALRM) is fire
+        assert 29 < signal.getitimer(signal.ITIMER_REAL)[0] <= 30
+        assert (u.CASE_TIMEOUT, u.CASE_TIMEOUT_OPTION) == (None, "--case-timeout")   # restored
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_an_outer_timer_due_first_decides(monkeypatch):
+    import signal
+    import time
+
+    from pgspec.conformance.run import untrusted as u
+
+    fire, previous = _outer_timer(0.2)
+    try:
+        with u.case_timeout(30, "--case-timeout"):
+            with pytest.raises(Outer):
+                with u.time_limit("x"):
+                    time.sleep(5)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_without_case_timeout_nothing_is_interrupted(monkeypatch):
     from pgspec.conformance.run import untrusted as u
 

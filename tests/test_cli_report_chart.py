@@ -85,3 +85,51 @@ def test_the_html_report_lists_no_validation_result_as_a_failure(tmp_path):
     assert re.search(r"<td>(\d+)/\1</td>", text)                      # kl.k1's invalid inputs, all rejected
     details = text.split("<h2>Failures, errors and deviations</h2>", 1)[1]
     assert "rejected</h3>" not in details and details.lstrip().startswith("<p>None.</p>")
+
+
+def _declared_and_judged():
+    """kl.x: passes (worst 0.5) and a declared convention of ratio inf; loss.x: a declared bug alone (40);
+    adv.x: passes alone (worst 0.125)."""
+    s = summary_with({("kl", "float64"): 0.5, ("kl", "float32"): 0.25, ("adv", "float64"): 0.125})
+    s.results.append(runner.CaseResult("demo", "1", "cpu", "float64", "kl.x/d", "kl.x", "kl", "c", "convention",
+                                       error_ratio=math.inf))
+    s.results.append(runner.CaseResult("demo", "1", "cpu", "float32", "loss.x/d", "loss.x", "loss", "c", "bug",
+                                       error_ratio=40.0))
+    return s
+
+
+def _md_table(md: str) -> dict:
+    """{formula: {column: cell}} of the Markdown report's verdict table."""
+    lines = md.split("## Verdict per formula", 1)[1].splitlines()
+    head = next(ln for ln in lines if ln.startswith("| formula |"))
+    names = [c.strip() for c in head.strip("|").split("|")]
+    rows = [dict(zip(names, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[lines.index(head) + 2:]
+            if ln.startswith("| `")]
+    return {r["formula"].strip("`"): r for r in rows}
+
+
+def test_the_worst_column_is_of_the_results_judged_as_they_are_and_declared_ones_apart():
+    """The HTML and Markdown tables' "worst" is the worst ratio of the results judged as they are (pass,
+    fail, stale), as the chart's bars and the terminal's "pass <worst>"; a declared deviation's ratio
+    (an inf convention, a bug of 40) is its own "declared worst" column, never in "worst"."""
+    from types import SimpleNamespace
+
+    s = _declared_and_judged()
+    adapter = SimpleNamespace(name="demo", framework="demo", version="1")
+    assert report.formula_worst(s) == {"kl.x": {"worst": 0.5, "declared": math.inf},
+                                       "loss.x": {"worst": None, "declared": 40.0},
+                                       "adv.x": {"worst": 0.125, "declared": None}}
+    page = report.to_html(s, adapter, "cpu", DTYPES)
+    heads = re.findall(r"<th>([^<]*)</th>", page.split("<table>", 1)[1].split("</tr>", 1)[0])
+    rows = {fid: dict(zip(heads[1:], re.findall(r"<td[^>]*>([^<]*)</td>", cells)))
+            for fid, cells in re.findall(r"<tr><th><code>([^<]+)</code></th>(.*?)</tr>", page)}
+    md = _md_table(report.to_markdown(s, adapter, "cpu", DTYPES))
+    for table in (rows, md):
+        assert table["kl.x"]["worst"] == "0.5" and table["kl.x"]["declared worst"] == "inf"
+        assert table["loss.x"]["worst"] == "" and table["loss.x"]["declared worst"] == "40"
+        assert table["adv.x"]["worst"] == "0.12" and table["adv.x"]["declared worst"] == ""
+    assert '<td class="dev">inf</td>' in page and '<td class="dev">40</td>' in page
+    # the terminal shows a worst ratio in a passing formula's verdict: the same one
+    verdicts = report.formula_table(s)[0]
+    assert report.verdict_text(verdicts["adv.x"]) == "pass 0.12" and rows["adv.x"]["verdict"] == "pass 0.12"
+    assert report.verdict_text(verdicts["kl.x"]) == "convention (1)"

@@ -1,9 +1,12 @@
 """The run's table adds up to its last line: each column's sum over the formulas is the count the
-line gives, validation included, and the formulas an adapter lacks are one line, not a row each."""
+line gives, validation included, and the formulas an adapter lacks are one line, not a row each.  The
+progress bar on a terminal counts what the line counts: its total is the line's "N results in all"."""
 
 from __future__ import annotations
 
+import os
 import re
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +80,7 @@ def test_the_columns_add_up_to_the_last_line(tmp_path, adapter):
     for name, word in (("fail", "fail"), ("err", "error")):
         k = re.search(rf"(\d+) {word}[;:]", line.split("numeric:")[0])
         assert (_sum(rows, name) if name in names else 0) == (int(k.group(1)) if k else 0), (name, line)
+    _in_all(line)       # and the line's counts add up to its total, the expected-error cases included
     v = re.search(r"validation: rejects (\d+) of (\d+) invalid inputs", line)
     rej = [tuple(map(int, x["rejects"].split("/"))) for x in rows if x["rejects"]]
     assert (sum(a for a, _ in rej), sum(b for _, b in rej)) == tuple(map(int, v.groups()))
@@ -120,3 +124,64 @@ def test_the_repro_snippet_builds_the_inputs_and_calls_the_implementation(tmp_pa
                          env={**user_env(200), "PYTHONPATH": str(tmp_path)})
     assert run.returncode == 0, run.stderr
     assert "outcome='fail'" in run.stdout and "True ['logprobs', 'mask', 'ref_logprobs'] {}" in run.stdout
+
+
+def _in_all(line: str) -> int:
+    """The line's total, checked to be the sum of every count it gives (numeric, then validation)."""
+    m = re.search(r"numeric: \d+ of (\d+) applicable results pass, .*?, (\d+) not applicable(?:, (\d+) unsupported)?; "
+                  r"validation: rejects \d+ of (\d+) invalid inputs(?: \((?:(\d+) not applicable)?(?:, )?"
+                  r"(?:(\d+) unsupported)?\))?; (\d+) results in all$", line)
+    assert m, line
+    *parts, total = (int(x or 0) for x in m.groups())
+    assert sum(parts) == total, line
+    return total
+
+
+def _run_on_a_terminal(tmp_path, *args):
+    """`pgspec run` with its stderr on a pseudo-terminal (so the bar is drawn) and its stdout piped:
+    (the run, everything the terminal received, ANSI sequences removed)."""
+    import pty
+
+    (tmp_path / "mymod.py").write_text(THREE)
+    main, side = pty.openpty()
+    env = {**user_env(columns=200), "TERM": "xterm"}
+    env.pop("NO_COLOR", None)
+    p = subprocess.Popen([SCRIPT, "run", *args], stdout=subprocess.PIPE, stderr=side, cwd=tmp_path, env=env)
+    os.close(side)
+    seen = b""
+    while True:
+        if select.select([main], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(main, 1 << 16)
+            except OSError:         # the run ended and closed its side
+                chunk = b""
+            if not chunk:
+                break
+            seen += chunk
+        elif p.poll() is not None:
+            break
+    out = p.stdout.read().decode()
+    p.wait(timeout=60)
+    os.close(main)
+    return p.returncode, out, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace"))
+
+
+@pytest.mark.parametrize("adapter", ["mymod:three", "torch"])
+def test_the_progress_bar_counts_what_the_last_line_counts(tmp_path, adapter):
+    code, out, terminal = _run_on_a_terminal(tmp_path, "--adapter", adapter, "--formulas", "ratio.token,kl.k1,kl.k2",
+                                             "--dtype", "float64,bf16")
+    assert code in (0, 1), out + terminal
+    total = _in_all(out.strip().splitlines()[-1])
+    frames = re.findall(r"(golden cases|property checks), (float64|bfloat16) \((\d) of 2 dtypes\)[^\r\n]*?"
+                        r"(\d+)/(\d+) ", terminal)
+    assert frames, terminal[-2000:]
+    # one total from the first frame to the last, and the bar ends there, on the property checks
+    assert {int(f[4]) for f in frames} == {total}, (frames, total)
+    assert frames[-1][:3] == ("property checks", "bfloat16", "2") and int(frames[-1][3]) == total
+    assert {f[0] for f in frames} == {"golden cases", "property checks"}
+    # without the property checks the bar counts the golden cases alone, as the line then does
+    code, out, terminal = _run_on_a_terminal(tmp_path, "--adapter", adapter, "--formulas", "ratio.token,kl.k1,kl.k2",
+                                             "--dtype", "float64,bf16", "--no-properties")
+    fewer = _in_all(out.strip().splitlines()[-1])
+    frames = re.findall(r"(\d+)/(\d+) ", terminal)
+    assert fewer < total and frames and {int(b) for _, b in frames} == {fewer} and int(frames[-1][0]) == fewer

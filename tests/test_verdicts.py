@@ -118,7 +118,7 @@ link = "{LINK}"
     line = summary.summary_line("t")
     assert line == (f"t: no unexpected result; numeric: {len(applicable)} of {len(applicable)} applicable results "
                     f"pass, 0 known bugs (0 root causes), 0 conventions, {len(na)} not applicable; validation: rejects "
-                    "0 of 0 invalid inputs")
+                    f"0 of 0 invalid inputs; {len(summary.results)} results in all")
 
 
 def test_input_predicates_in_capabilities_and_rules():

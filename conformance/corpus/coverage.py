@@ -298,6 +298,8 @@ NOT_DATA = {
                                                     "1): the runner gives an adapter tensors of the declared "
                                                     "dtype, so no adapter could be seen to reject it",
     ("_registry.py", "get", "unknown formula ID"): "a golden case names a registered formula",
+    ("_progress.py", "check_progress", "SpecError"): "API misuse (evaluate's progress argument), not data: a "
+                                                     "golden case has no progress",
     ("agg.py", "_check_eps", "SpecError"): "shadowed: every eps parameter is a registry Param with lo = 0, not "
                                            "nullable, whose range check rejects a negative or null eps first "
                                            "(cases error-eps-below)",

@@ -6,6 +6,7 @@ internal error (exit 3).
 
 from __future__ import annotations
 
+import math
 import os
 import traceback
 
@@ -141,8 +142,53 @@ def checked_call(adapter, formula_id: str, tensors: dict, params: dict, dtype: s
     return out, grads
 
 
-# A case's time limit in this process (`pgspec run --case-timeout` without --python): None, no limit.
+# A case's time limit in this process (`pgspec run --case-timeout` without --python, the pytest plugin's
+# --pgspec-case-timeout): None, no limit; and the option that set it, which the timeout's error names.
 CASE_TIMEOUT: float | None = None
+CASE_TIMEOUT_OPTION = "--case-timeout"
+MAX_SECONDS = 7 * 24 * 3600     # a larger time limit overflowed the platform's timeout (exit 3)
+
+
+def parse_seconds(text) -> float:
+    """A time limit as a user gives it (``--case-timeout``, ``--startup-timeout``, the pytest plugin's
+    ``--pgspec-case-timeout`` and ini ``pgspec_case_timeout``): a number of seconds, more than 0 and at
+    most MAX_SECONDS (docs/bad-input.md); ValueError saying what is wrong otherwise."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"must be a positive number of seconds, got {text!r}")
+    if value > MAX_SECONDS:
+        raise ValueError(f"must be at most {MAX_SECONDS} seconds (7 days), got {text!r}")
+    return value
+
+
+def can_time_limit() -> bool:
+    """Whether ``time_limit`` can interrupt a call here: POSIX interval timers, in the main thread."""
+    import signal
+    import threading
+
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+class case_timeout:
+    """``with case_timeout(seconds, option):`` sets the time limit of the cases run inside (None: none)
+    and the option the timeout's error names, then restores the previous ones."""
+
+    def __init__(self, seconds: float | None, option: str):
+        self.seconds, self.option, self.saved = seconds, option, None
+
+    def __enter__(self):
+        global CASE_TIMEOUT, CASE_TIMEOUT_OPTION
+        self.saved = (CASE_TIMEOUT, CASE_TIMEOUT_OPTION)
+        CASE_TIMEOUT, CASE_TIMEOUT_OPTION = self.seconds, self.option
+        return self
+
+    def __exit__(self, *exc):
+        global CASE_TIMEOUT, CASE_TIMEOUT_OPTION
+        CASE_TIMEOUT, CASE_TIMEOUT_OPTION = self.saved
+        return False
 
 
 class CaseTimeout(BaseException):
@@ -153,24 +199,32 @@ class CaseTimeout(BaseException):
 class time_limit:
     """``with time_limit(name):`` raises CaseTimeout in the adapter's code once CASE_TIMEOUT seconds have
     passed (SIGALRM, an interval timer: POSIX, the main thread only; elsewhere no limit).  Python code
-    is interrupted at its next bytecode; a long native call (one torch kernel) at its return."""
+    is interrupted at its next bytecode; a long native call (one torch kernel) at its return.
+
+    A timer already running (pytest-timeout's signal method, an outer time limit) is kept: when it is
+    due first, it fires as it would have; otherwise it is set again, with its remaining time, on exit."""
 
     def __init__(self, name: str):
         self.name = name
         self.previous = None
+        self.outer = None
 
     def __enter__(self):
         import signal
-        import threading
+        import time
 
-        seconds = CASE_TIMEOUT
-        if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        seconds, option = CASE_TIMEOUT, CASE_TIMEOUT_OPTION
+        if not seconds or not can_time_limit():
+            return self
+        outer, interval = signal.getitimer(signal.ITIMER_REAL)
+        if outer and outer <= seconds:      # the outer deadline comes first: it decides
             return self
 
         def fire(signum, frame):
-            raise CaseTimeout(f"adapter {self.name!r} did not return within {seconds:g} s (--case-timeout): its call "
+            raise CaseTimeout(f"adapter {self.name!r} did not return within {seconds:g} s ({option}): its call "
                               "was interrupted")
 
+        self.outer = (outer, interval, time.monotonic()) if outer else None
         self.previous = signal.signal(signal.SIGALRM, fire)
         signal.setitimer(signal.ITIMER_REAL, seconds)
         return self
@@ -178,10 +232,15 @@ class time_limit:
     def __exit__(self, *exc):
         if self.previous is not None:
             import signal
+            import time
 
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self.previous)
             self.previous = None
+            if self.outer is not None:      # the outer timer, with the time it had left (due now: at once)
+                outer, interval, since = self.outer
+                signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - since), 1e-6), interval)
+                self.outer = None
         return False
 
 

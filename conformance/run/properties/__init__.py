@@ -129,32 +129,35 @@ def check_example(adapter, prop_id: str, fid: str, example: dict, dtype: str = "
     return res
 
 
+def planned(formulas_glob: str = "*", properties: str = "*") -> list[tuple[str, str]]:
+    """The (property, formula) pairs ``run_properties`` checks for these globs, in its order: one
+    result each per dtype (what `pgspec run`'s progress bar counts before it runs them)."""
+    globs = [g.strip() for g in formulas_glob.split(",") if g.strip()]
+    pglobs = [g.strip() for g in properties.split(",") if g.strip()]
+    return [(pid, fid) for pid, prop in PROPERTIES.items() if any(fnmatch.fnmatchcase(pid, g) for g in pglobs)
+            for fid in prop.formulas if any(fnmatch.fnmatchcase(fid, g) for g in globs)]
+
+
 def run_properties(adapter, dtype: str, device: str, formulas_glob: str = "*", *, properties: str = "*",
                    adapter_spec: str | None = None) -> list[PropertyResult]:
     """Every property on every applicable formula matching ``formulas_glob`` (comma-separated
     globs over formula IDs), on the fixed examples: one PropertyResult per (property, formula)."""
-    globs = [g.strip() for g in formulas_glob.split(",") if g.strip()]
-    pglobs = [g.strip() for g in properties.split(",") if g.strip()]
     results = []
-    for pid, prop in PROPERTIES.items():
-        if not any(fnmatch.fnmatchcase(pid, g) for g in pglobs):
-            continue
-        for fid in prop.formulas:
-            if not any(fnmatch.fnmatchcase(fid, g) for g in globs):
-                continue
-            res = PropertyResult(pid, fid, dtype, device, "pass", error_ratio=0.0)
-            examples = _fixed(pid, fid)
-            for ex in examples:
-                one = check_example(adapter, pid, fid, ex, dtype, device, adapter_spec, decoded=True)
-                res.examples += 1
-                if one.outcome != "pass":
-                    one.examples = res.examples
-                    res = one
-                    break
-                res.error_ratio = max(res.error_ratio or 0.0, one.error_ratio or 0.0)
-            if res.outcome == "pass":
-                res.message = f"{len(examples)} example(s); {prop.title}"
-            results.append(res)
+    for pid, fid in planned(formulas_glob, properties):
+        prop = PROPERTIES[pid]
+        res = PropertyResult(pid, fid, dtype, device, "pass", error_ratio=0.0)
+        examples = _fixed(pid, fid)
+        for ex in examples:
+            one = check_example(adapter, pid, fid, ex, dtype, device, adapter_spec, decoded=True)
+            res.examples += 1
+            if one.outcome != "pass":
+                one.examples = res.examples
+                res = one
+                break
+            res.error_ratio = max(res.error_ratio or 0.0, one.error_ratio or 0.0)
+        if res.outcome == "pass":
+            res.message = f"{len(examples)} example(s); {prop.title}"
+        results.append(res)
     return results
 
 
