@@ -142,9 +142,10 @@ def _type_params(toks, line):
 def rewrite_generics(source: str) -> tuple[str, list[str]]:
     """PEP 695 classes and functions rewritten for 3.11: (source, the function type-parameter names,
     which the module's namespace must hold before it runs)."""
-    toks = [t for t in tokenize.generate_tokens(io.StringIO(source).readline)]
+    toks = list(tokenize.generate_tokens(io.StringIO(source).readline))
     lines = source.splitlines(keepends=True)
-    edits = []           # (row, col, kind, payload); applied from the end of the file backwards
+    edits = []           # ((row, col), "insert", text) / ((row, col), "cut", (end row, end col)): applied
+                         # from the end of the file backwards, so no edit moves a later one
     func_names: list[str] = []
     statement_start = True
     for i, t in enumerate(toks):
