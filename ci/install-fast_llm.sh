@@ -4,6 +4,12 @@
 # environment and passes --python VENV/bin/python (adapters/fast_llm/README.md).
 # Usage: ci/install-fast_llm.sh VENV [PYTHON3.12]
 #
+# Not needed for the other way to run Fast-LLM: on Python 3.11, in pgspec's own environment (its CPU
+# torch; Fast-LLM's loss path needs numpy and pyyaml besides), with
+# PGSPEC_FAST_LLM_COMPAT=pep695, which imports the checkout through pgspec's line-preserving PEP 695
+# rewrite (adapters/fast_llm/pep695.py).  The recorded pages were made that way, on machines without a
+# CPU torch for 3.12 (adapters/fast_llm/README.md, "Recording the pages").
+#
 # PyPI's Linux torch is the CUDA build (4.7 GB with its nvidia-* packages); constraints.txt pins the
 # version (2.13.0), which the CUDA build also satisfies, so the recipe names the CPU build itself:
 # torch==2.13.0+cpu, a version only the PyTorch CPU index has (TORCH_CPU_INDEX), or a wheel file of it

@@ -1,16 +1,19 @@
 """The Fast-LLM adapter, loaded from a checkout (PGSPEC_FAST_LLM_SOURCE) in a Python >= 3.12 worker
-(PGSPEC_FAST_LLM_PYTHON); skips cleanly without them (adapters/fast_llm/README.md)."""
+(PGSPEC_FAST_LLM_PYTHON), or in this Python 3.11 through pgspec's PEP 695 rewrite
+(PGSPEC_FAST_LLM_COMPAT=pep695); skips cleanly without them (adapters/fast_llm/README.md)."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
 from pgspec.conformance.run import runner
 
 SOURCE = os.environ.get("PGSPEC_FAST_LLM_SOURCE")
-PYTHON = os.environ.get("PGSPEC_FAST_LLM_PYTHON")
+COMPAT = os.environ.get("PGSPEC_FAST_LLM_COMPAT") == "pep695"
+PYTHON = os.environ.get("PGSPEC_FAST_LLM_PYTHON") or (sys.executable if COMPAT else None)
 
 
 def test_unavailable_without_a_checkout_names_the_clone_command(monkeypatch):
@@ -23,7 +26,8 @@ def test_unavailable_without_a_checkout_names_the_clone_command(monkeypatch):
 
 needs_source = pytest.mark.skipif(not (SOURCE and PYTHON),
                                   reason="no Fast-LLM checkout and Python 3.12 worker: set PGSPEC_FAST_LLM_SOURCE and "
-                                         "PGSPEC_FAST_LLM_PYTHON (adapters/fast_llm/README.md)")
+                                         "PGSPEC_FAST_LLM_PYTHON, or PGSPEC_FAST_LLM_COMPAT=pep695 "
+                                         "(adapters/fast_llm/README.md)")
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +126,36 @@ if __name__ == "__main__":
     env = dict(os.environ, PYTHONPATH=_pgspec_path_dir())
     out = subprocess.run([PYTHON, "-c", code, SOURCE], capture_output=True, text=True, timeout=900, env=env)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+@pytest.mark.skipif(not (SOURCE and COMPAT and sys.version_info < (3, 12)),
+                    reason="the PEP 695 rewrite of a checkout: set PGSPEC_FAST_LLM_SOURCE and PGSPEC_FAST_LLM_COMPAT=pep695")
+def test_the_rewrite_keeps_every_statement_of_the_checkout_on_its_line(adapter):
+    """Every fast_llm file that the rewrite handles compiles on this Python with each def and class on
+    its own line (tracebacks and links name the file's lines); the one it does not handle fails naming
+    its line; and the version string says the run went through the rewrite."""
+    import ast
+    import re
+    from pathlib import Path
+
+    from pgspec.adapters.fast_llm import pep695
+
+    done, refused = 0, []
+    for path in sorted(Path(SOURCE, "fast_llm").rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        try:
+            new, _ = pep695.rewrite(source, str(path))
+        except pep695.RewriteError as e:
+            refused.append((path.relative_to(SOURCE).as_posix(), str(e)))
+            continue
+        got = sorted((n.lineno, n.name) for n in ast.walk(ast.parse(new))
+                     if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)))
+        want = sorted((i + 1, m.group(1)) for i, line in enumerate(source.splitlines())
+                       if (m := re.match(r"\s*(?:async\s+)?(?:def|class)\s+(\w+)", line)))
+        assert got == want, path
+        done += 1
+    assert done > 200
+    # at 7d61a1ba and the PR #502 head: a backslash in an f-string expression (not on the loss path)
+    assert [p for p, _ in refused] == ["fast_llm/data/dataset/sampled.py"], refused
+    assert "line 193: backslash in an f-string expression" in refused[0][1]
+    assert "through pgspec's line-preserving PEP 695 rewrite" in adapter.version

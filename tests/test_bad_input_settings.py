@@ -31,6 +31,8 @@ BAD = [
     ("PGSPEC_AREAL_COMPILE", "max-autotune", "PGSPEC_AREAL_COMPILE must be one of 'eager', 'default'"),
     ("PGSPEC_SLIME_COMPILE", "yes", "PGSPEC_SLIME_COMPILE must be one of 'eager', 'specialize', 'default'"),
     ("PGSPEC_FAST_LLM_COMPILE", "Eager", "PGSPEC_FAST_LLM_COMPILE must be one of 'eager', 'default'"),
+    ("PGSPEC_FAST_LLM_COMPAT", "yes", "PGSPEC_FAST_LLM_COMPAT must be one of 'off', 'pep695', got 'yes'"),
+    ("PGSPEC_FAST_LLM_COMPAT", "PEP695", "got 'PEP695'"),
     ("PGSPEC_MEGATRON_LAYOUT", "thd", "PGSPEC_MEGATRON_LAYOUT must be one of 'unpacked', 'packed', got 'thd'"),
     ("PGSPEC_CACHE", "", "PGSPEC_CACHE is set but empty"),
     ("PGSPEC_CACHE", "{file}", "PGSPEC_CACHE={file}: exists and is not a folder"),
@@ -63,7 +65,8 @@ def test_a_value_out_of_range_is_one_line_before_any_work(capsys, monkeypatch, t
 
 GOOD = [("PGSPEC_JOBS", "1"), ("PGSPEC_JOBS", "256"), ("PGSPEC_JOBS", " 4 "), ("PGSPEC_JOBS", ""),
         ("PGSPEC_LIGER_RECOMPILE_LIMIT", "65536"), ("PGSPEC_COMPARE", "exact"), ("PGSPEC_LOGPROB_ORACLE", "torch"),
-        ("PGSPEC_SLIME_COMPILE", "specialize"), ("PGSPEC_MEGATRON_LAYOUT", "packed"), ("PGSPEC_CACHE", "off"),
+        ("PGSPEC_SLIME_COMPILE", "specialize"), ("PGSPEC_MEGATRON_LAYOUT", "packed"), ("PGSPEC_FAST_LLM_COMPAT", "pep695"), ("PGSPEC_FAST_LLM_COMPAT", "off"),
+        ("PGSPEC_CACHE", "off"),
         ("PGSPEC_CACHE", "{missing}"), ("PGSPEC_LOG_DIR", "{missing}")]
 
 

@@ -34,7 +34,7 @@ def test_every_committed_report_names_the_current_corpus():
     # a page that withdraws a recording it could not remake carries no verdict to be stale
     withdrawn = [p for p in reports if matrix.withdrawn(p)]
     assert all(matrix.committed_digest(p) is None for p in withdrawn)
-    # (only Fast-LLM's, whose Python 3.12 worker needs a torch build these machines cannot install)
+    # (only Fast-LLM's could be; it is recorded on Python 3.11 through the PEP 695 rewrite instead)
     assert {p.name for p in withdrawn} <= {"fast_llm.md", "fast_llm-pr502.md"}, [p.name for p in withdrawn]
     stale = [p.name for p in reports if p not in withdrawn and matrix.committed_digest(p) != digest]
     assert not stale, f"made from another golden corpus (rerun them and commit docs/conformance/): {stale}"

@@ -2,7 +2,9 @@
 
 Fast-LLM needs Python >= 3.12 (PEP 695 generics, PEP 701 f-strings): the adapter runs in a
 Python 3.12 worker (``--python`` / ``PGSPEC_FAST_LLM_PYTHON``), where the checkout imports as
-shipped, with no stand-in and no rewrite.
+shipped, with no stand-in and no rewrite; or, when the user opts in with
+``PGSPEC_FAST_LLM_COMPAT=pep695``, on Python 3.11 through pgspec's line-preserving source rewrite
+at import (pep695.py; the version string says so).
 
 Fast-LLM's losses are logits-level with hand-written backward passes: they return
 ``(loss, grad_logits, extra)``.  The adapter feeds per-token log-probs ``lp`` through a
@@ -22,6 +24,7 @@ is therefore Fast-LLM's hand-written one, never autograd's.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from pgspec.adapters.base import Unsupported as _PropertyUnsupported
@@ -205,6 +208,9 @@ def make_adapter():
     a.refresh_version()
     if loader.compile_mode() != "eager":
         a.version += f"; torch.compile mode {loader.compile_mode()}"
+    if loader.rewritten():
+        a.version += ("; on Python %d.%d through pgspec's line-preserving PEP 695 rewrite "
+                      "(PGSPEC_FAST_LLM_COMPAT=pep695)" % sys.version_info[:2])
     path = Path(__file__).with_name("deviations.toml")
     check = getattr(a, "check", None)
     if check is not None and check.revision is PR502:

@@ -1,8 +1,10 @@
-"""Import Fast-LLM's policy-gradient losses from a checkout, in a Python >= 3.12 worker.
+"""Import Fast-LLM's policy-gradient losses from a checkout, in a Python >= 3.12 worker, or on
+Python 3.11 through pgspec's line-preserving rewrite when the user asks for it
+(``PGSPEC_FAST_LLM_COMPAT=pep695``: pep695.py, adapters/fast_llm/README.md).
 
 Executed from the checkout: ``fast_llm`` as shipped (its package ``__init__`` files included),
 through ``fast_llm.layers.language_model.loss.policy_gradient`` (main) or
-``fast_llm.layers.language_model.loss.grpo`` (PR #502 head).  No stand-in, no source rewrite.
+``fast_llm.layers.language_model.loss.grpo`` (PR #502 head).  No stand-in; on 3.12 no rewrite.
 Third-party needs: torch, numpy, pyyaml, packaging, requests.
 """
 
@@ -31,13 +33,31 @@ def compile_mode() -> str:
     return mode
 
 
+def compat_mode() -> str:
+    """``PGSPEC_FAST_LLM_COMPAT``: ``off`` (the default: Fast-LLM needs Python >= 3.12) or ``pep695``
+    (on Python < 3.12, import the checkout through pep695.py's rewrite)."""
+    from pgspec.conformance.base.settings import get
+
+    return get("PGSPEC_FAST_LLM_COMPAT", "off")
+
+
+def rewritten() -> bool:
+    """Whether this interpreter imports Fast-LLM through the PEP 695 rewrite."""
+    return sys.version_info < (3, 12) and compat_mode() == "pep695"
+
+
 def load(src: Path) -> dict:
     key = str(src)
     if key in _loaded:
         return _loaded[key]
     if sys.version_info < (3, 12):
-        raise RuntimeError(f"Fast-LLM needs Python >= 3.12; this worker runs {sys.version.split()[0]} "
-                           "(pass --python or set PGSPEC_FAST_LLM_PYTHON: adapters/fast_llm/README.md)")
+        if not rewritten():
+            raise RuntimeError(f"Fast-LLM needs Python >= 3.12; this worker runs {sys.version.split()[0]} "
+                               "(pass --python or set PGSPEC_FAST_LLM_PYTHON, or opt in to the line-preserving "
+                               "rewrite with PGSPEC_FAST_LLM_COMPAT=pep695: adapters/fast_llm/README.md)")
+        from . import pep695
+
+        pep695.install("fast_llm")
     import torch
 
     # GRPO's combinable_forward_backward and GSPO's forward core, segment weights, segment loss

@@ -92,6 +92,7 @@ VARIABLES = {
     "PGSPEC_AREAL_COMPILE": Choice(("eager", "default")),
     "PGSPEC_SLIME_COMPILE": Choice(("eager", "specialize", "default")),
     "PGSPEC_FAST_LLM_COMPILE": Choice(("eager", "default")),
+    "PGSPEC_FAST_LLM_COMPAT": Choice(("off", "pep695")),
     "PGSPEC_MEGATRON_LAYOUT": Choice(("unpacked", "packed")),
     "PGSPEC_LIGER_RECOMPILE_LIMIT": Int(1, 65536, "torch.compile recompilations per function"),
     "PGSPEC_UNSLOTH_RECOMPILE_LIMIT": Int(1, 65536, "torch.compile recompilations per function"),
