@@ -425,3 +425,14 @@ link = "{LINK}"
     assert {r.outcome for r in summary.results} >= {"bug", "error", "unsupported"}
     assert any(r.error_ratio is not None and r.error_ratio == float("inf") for r in summary.results)
     assert formula_verdicts(report._verdict_rows(summary)) == formula_verdicts(report._rows(summary))
+
+
+def test_a_declared_deviation_never_reads_as_the_formulas_worst_ratio():
+    """The per-formula cells (matrix, docs site): worst over pass/fail/stale; declared apart."""
+    def row(outcome, ratio):
+        return {"formula": "kl.k3", "outcome": outcome, "error_ratio": ratio, "category": "numeric"}
+
+    v = formula_verdicts([row("pass", 0.25), row("convention", 150.0), row("bug", "inf"), row("pass", 0.5)])["kl.k3"]
+    assert v["worst_ratio"] == 0.5 and v["declared_worst_ratio"] == float("inf")
+    only_declared = formula_verdicts([row("convention", 3.0)])["kl.k3"]
+    assert only_declared["worst_ratio"] is None and only_declared["declared_worst_ratio"] == 3.0

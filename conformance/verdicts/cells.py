@@ -12,6 +12,7 @@ import math
 PRECEDENCE = ("error", "fail", "stale-deviation", "bug", "convention", "pass", "not-applicable", "unsupported")
 VERDICT_NAME = {"stale-deviation": "stale"}
 COMPARED = ("pass", "fail", "bug", "convention", "stale-deviation")
+DECLARED = ("bug", "convention")
 
 
 def _ratio(r):
@@ -20,10 +21,14 @@ def _ratio(r):
 
 
 def formula_verdicts(results: list[dict]) -> dict:
-    """{formula: {"verdict", "counts", "worst_ratio", "reason", "rules"}} over the result rows."""
+    """{formula: {"verdict", "counts", "worst_ratio", "declared_worst_ratio", "reason", "rules"}} over the
+    result rows: ``worst_ratio`` over the results judged as they are (pass, fail, stale), as the
+    reports' "worst" column; ``declared_worst_ratio`` over those a declared rule explains (known bugs,
+    conventions), apart, so that a declared deviation never reads as the formula's accuracy."""
     out: dict = {}
     for r in results:
-        v = out.setdefault(r["formula"], {"counts": {}, "worst_ratio": None, "reason": "", "rules": {}, "validation": {}})
+        v = out.setdefault(r["formula"], {"counts": {}, "worst_ratio": None, "declared_worst_ratio": None,
+                                          "reason": "", "rules": {}, "validation": {}})
         if r.get("category") == "error" and r["outcome"] not in ("fail", "error", "stale-deviation"):
             # expected-error cases: whether the framework rejects what the spec rejects is its own axis
             # (spec/verdicts.md, "Validation"), never part of the numeric verdict
@@ -32,7 +37,8 @@ def formula_verdicts(results: list[dict]) -> dict:
         v["counts"][r["outcome"]] = v["counts"].get(r["outcome"], 0) + 1
         ratio = _ratio(r)
         if ratio is not None and r["outcome"] in COMPARED:
-            v["worst_ratio"] = ratio if v["worst_ratio"] is None else max(v["worst_ratio"], ratio)
+            key = "declared_worst_ratio" if r["outcome"] in DECLARED else "worst_ratio"
+            v[key] = ratio if v[key] is None else max(v[key], ratio)
         d = r.get("declaration")
         if d and r["outcome"] in ("bug", "convention", "stale-deviation"):
             key = f"{d['source']} {d['declaration']}"

@@ -411,18 +411,20 @@ class FormulaConformanceDirective(SphinxDirective):
                     v = row.get(name)
                     version = str(fw.get("version", ""))
                     if v is None:
-                        lacking.append([name, version, "not run", "", "", "", ""])
+                        lacking.append([name, version, "not run", "", "", "", "", ""])
                         continue
                     # validation (bad input the spec rejects) is its own axis: "rejects R of E"
                     out_row = [name, version, _verdict_cell(v), _counts_text(v.get("counts", {})),
-                               _ratio_text(v.get("worst_ratio")), validation_text(v), _details(v)]
+                               _ratio_text(v.get("worst_ratio")), _ratio_text(v.get("declared_worst_ratio")),
+                               validation_text(v), _details(v)]
                     # the frameworks that implement the formula first, those that lack it after them
                     (lacking if v.get("verdict") == "unsupported" else rows).append(out_row)
                 rows += lacking
                 if rows:
+                    # worst: of the results judged as they are; declared worst: of those a rule explains
                     section += _table(["framework", "version", "verdict", "cases (case, dtype)", "worst error ratio",
-                                       "validation", "reason / declared root causes"], rows,
-                                      widths=[10, 9, 11, 15, 8, 10, 37], classes=["pgspec-conformance-row"])
+                                       "declared worst", "validation", "reason / declared root causes"], rows,
+                                      widths=[10, 9, 11, 15, 7, 7, 9, 32], classes=["pgspec-conformance-row"])
                 else:
                     section += _para(nodes.Text("No framework has results for this formula."))
             out.append(section)
