@@ -224,6 +224,11 @@ def _unbiased_cases():
              "(value and gradient pass by overflow there), e^-200 (e - 2) = 9.94e-88 underflows float32 to 0",
              {"logprobs": [[0.0, -200.0]], "old_logprobs": [[-200.0, 0.0]], "ref_logprobs": [[-0.5, -199.0]],
               "mask": [[True, True]]}),
+        Case(f"{fid}/ratio-200-on-reference", fid, "edge",
+             "importance log-ratios +200 and -200 with l_ref = l (x = 0): y = w k3(0) = 0 and gradient w (l - l_ref) = 0 "
+             "exactly, although w = e^200 overflows float32 (inf * 0 would be NaN)",
+             {"logprobs": [[0.0, -200.0]], "old_logprobs": [[-200.0, 0.0]], "ref_logprobs": [[0.0, -200.0]],
+              "mask": [[True, True]]}),
         Case(f"{fid}/nemo-rl-2958-ratio-stopped-where-clamped", fid, "regression",
              "input clamp [-20, 20], l - l_old = 0.5: x = 29.5 is clamped, y = e^0.5 (e^20 - 21) = 799902142.85, gradient 0 "
              "(w detached where the clamp is active, NeMo-RL PR #2958); x = -0.5 is inside: y = e^0.5 (e^-0.5 - 0.5) "

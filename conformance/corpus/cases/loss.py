@@ -295,6 +295,15 @@ def edges(fid):
              "log-ratios +200 and -200 with A = +-1: e^200 = 7.2e86 overflows float32 where the unclipped branch or "
              "the ratio is live" + ("; l_ref = l (KL 0)" if fid == "loss.grpo" else ""), ext200,
              p0 if fid != "loss.grpo" else {}),
+        case(fid, "log-ratio-200-zero-advantage", "edge",
+             "log-ratios +200 and -200 with A = 0 everywhere: loss and gradient exactly 0 (a ratio e^200 = inf in "
+             "float32 times a zero advantage would be NaN)", dict(ext200, advantages=[0.0] * 4), p0),
+        case(fid, "log-ratio-200-kl-k3_unbiased-on-reference", "edge",
+             "log-ratios +200 (A = 1) and -200 (A = -1), each on its clipped side where the recipe clips, with "
+             "beta 0.25 and kl.k3_unbiased at l_ref = l: the KL terms w k3(0) and their gradients are exactly 0 "
+             "although w = e^200 overflows float32",
+             dict(ext200, ref_logprobs=ext200["logprobs"], advantages=[1.0, 1.0, -1.0, -1.0]),
+             {"beta": 0.25, "kl_estimator": "k3_unbiased"}),
     ]
     if fid in CLAMP_NAME:
         name = CLAMP_NAME[fid]
