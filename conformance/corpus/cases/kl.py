@@ -71,6 +71,10 @@ def _shared(fid, inputs_for):
              "NaN and infinities at masked positions must not reach any output or gradient "
              "(the one unmasked token has x = -0.5)",
              inputs_for(DIRTY, [[-1.25, "inf", "-inf", "nan"]])),
+        Case(f"{fid}/masked-overflowing-log-ratio", fid, "edge",
+             "a masked token with finite log-probs whose x = 1000 overflows exp in every dtype: it must reach no "
+             "output or gradient (the unmasked token has x = -0.5)",
+             inputs_for({"logprobs": [[-1.0, -1000.0]], "ref_logprobs": [[-1.5, 0.0]], "mask": [[True, False]]})),
         Case(f"{fid}/log-ratio-20", fid, "edge",
              "x = +20 and -20: k1 = (-20, 20), k2 = (200, 200), k3 = (e^20 - 21 = 485165174.41, 19 + e^-20), "
              "abs = (20, 20)", inputs_for(X20)),

@@ -287,6 +287,13 @@ def edges(fid):
         case(fid, "masked-nan-inf", "edge",
              "NaN and infinities at masked positions of every input must not reach the loss or the gradient",
              DIRTY),
+        case(fid, "masked-overflowing-log-ratio", "edge",
+             "a masked token with finite log-probs whose log-ratios l - l_old = 1000 and l_ref - l = 1000 overflow "
+             "exp in every dtype: it must reach neither the loss nor the gradient (the unmasked token has d = 0.5, "
+             "A = 1)",
+             {"logprobs": [[-1.0, 0.0]], "old_logprobs": [[-1.5, -1000.0]], "mask": [[True, False]], "advantages": [1.0],
+              "ref_logprobs": [[-1.25, 1000.0]], "sampler_logprobs": [[-1.5, -1000.0]], "group_ids": [0],
+              "entropy": [[1.0, 1.0]]}),
         case(fid, "on-policy", "edge", "l = l_old: every ratio is exactly 1", dict(base, old_logprobs=LP)),
         case(fid, "log-ratio-20", "edge",
              "log-ratios +20 (rows 0, 1) and -20 (rows 2, 3) with A = +1, -1, +1, -1 (e^20 = 4.85e8)"
@@ -334,6 +341,11 @@ def edges(fid):
     if fid in TOKEN_ADV:
         out.append(case(fid, "token-advantages", "edge", "per-token advantages [B, T]",
                         dict(base, advantages=A_TOK), p0))
+        out.append(case(fid, "masked-nan-advantage", "edge",
+                        "per-token advantages with NaN at the masked positions (finite log-probs there): it must "
+                        "reach neither the loss nor the gradient",
+                        dict(base, advantages=[[a if m else "nan" for a, m in zip(ra, rm)]
+                                               for ra, rm in zip(A_TOK, MASK)]), p0))
     return out
 
 

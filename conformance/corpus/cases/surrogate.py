@@ -94,6 +94,16 @@ def _token_edges(fid):
              "NaN and infinities in logprobs, old_logprobs and the advantages at masked positions must reach no "
              "output or gradient (the one unmasked token has d = 0.5, A = 1)",
              tok(DIRTY, [[1.0, "nan", "inf", "-inf"]])),
+        Case(f"{fid}/masked-nan-advantage", fid, "edge",
+             "a NaN advantage at a masked position whose log-probs are finite (d = 0 there): it must reach neither "
+             "the loss nor the gradient (the unmasked token has d = 0.5, A = 1)",
+             tok({"logprobs": [[-1.0, -2.0]], "old_logprobs": [[-1.5, -2.0]], "mask": [[True, False]]},
+                 [[1.0, "nan"]])),
+        Case(f"{fid}/masked-overflowing-log-ratio", fid, "edge",
+             "a masked token with finite log-probs whose log-ratio d = 1000 overflows exp in every dtype (A = 0 "
+             "there): it must reach neither the loss nor the gradient (the unmasked token has d = 0.5, A = 1)",
+             tok({"logprobs": [[-1.0, 0.0]], "old_logprobs": [[-1.5, -1000.0]], "mask": [[True, False]]},
+                 [[1.0, 0.0]])),
         Case(f"{fid}/log-ratio-20", fid, "edge",
              f"d = +20 with A = -1 and d = -20 with A = 1 (the unclipped side of each sign for PPO): {x20}",
              tok(X20, [[-1.0, 1.0]])),
