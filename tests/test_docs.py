@@ -257,7 +257,8 @@ def test_the_adapter_guide_shows_the_output_of_its_executed_example(site):
     assert "fail kl.k3/masked-nan-inf (float32): grad.logprobs" in text
     assert "pytest --pgspec-adapter my_adapter_v2:adapter 'pgspec::kl.k3/masked-nan-inf[float32]'" in text
     assert "load_adapter('my_adapter_v2:adapter')" in text
-    assert re.search(r"kl\.k3\s+│\s+bug \(3\)", text)
+    # masked-nan-inf and masked-overflowing-log-ratio, each in float64, float32 and bfloat16
+    assert re.search(r"kl\.k3\s+│\s+bug \(6\)", text)
     # the head example of `pgspec check`: both dtypes pass through the head
     assert "$ pgspec check --adapter my_head:adapter --formula logprob.token --vocab 5000" in text
     for dtype in ("bfloat16", "float32"):

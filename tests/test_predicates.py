@@ -29,3 +29,91 @@ def test_eps_asymmetric_compares_the_resolved_bounds():
 def test_both_are_known_to_the_declarations_reader():
     names = predicates.predicates()
     assert {"mask_gaps", "eps_asymmetric"} <= set(names)
+
+
+# --- predicates added to scope rules by their cause (issue 42: fuzz findings) -----------------------
+
+def test_logits_exceed_entropy_compares_the_transformed_logits_with_their_entropy():
+    f = "logprob.entropy"
+    assert not predicates.logits_exceed_entropy(_case(f, logits=[[[0.0, 0.0, 0.0, 0.0]]], mask=[[True]]))
+    assert predicates.logits_exceed_entropy(_case(f, logits=[[[0.0, 0.0, 0.0, 6.25]]], mask=[[True]]))
+    # the fuzzer's first example: (0, 0, 0, 1.25) at logit_scale 5
+    assert predicates.logits_exceed_entropy(_case(f, {"logit_scale": 5}, logits=[[[0.0, 0.0, 0.0, 1.25]]], mask=[[True]]))
+    assert not predicates.logits_exceed_entropy(_case(f, logits=[[[0.0, 0.125]]], mask=[[True]]))
+    assert predicates.logits_exceed_entropy(_case(f, {"temperature": "0.01"}, logits=[[[0.0, 0.125]]], mask=[[True]]))
+    # a masked position is not looked at
+    assert not predicates.logits_exceed_entropy(_case(f, logits=[[[0.0, 0.0], [0.0, 50.0]]], mask=[[True, False]]))
+
+
+def test_bound_predicates_read_the_resolved_parameters():
+    assert predicates.c_min_not_positive(_case("is.token.mask", {"c_min": 0}))
+    assert not predicates.c_min_not_positive(_case("is.token.mask"))                       # default 0.5
+    assert predicates.c_min_not_positive(_case("loss.bnpo", {"is_level": "token", "is_c_min": 0}))
+    assert predicates.reject_upper_not_positive_k2_k3(_case("is.reject", {"upper": 0}))    # default estimator k3
+    assert not predicates.reject_upper_not_positive_k2_k3(_case("is.reject", {"estimator": "k1", "upper": 0}))
+    assert not predicates.reject_upper_not_positive_k2_k3(_case("is.reject", {"upper": "0.01"}))
+    assert predicates.one_sided_output_clamp(_case("kl.k1", {"output_max": 10}))
+    assert not predicates.one_sided_output_clamp(_case("kl.k1", {"output_min": -10, "output_max": 10}))
+    assert not predicates.one_sided_output_clamp(_case("kl.k1"))
+    assert predicates.kl_log_ratio_clamp_without_k3(_case("loss.bnpo", {"beta": 0.04, "kl_estimator": "k1",
+                                                                        "kl_log_ratio_max": 10}))
+    assert not predicates.kl_log_ratio_clamp_without_k3(_case("loss.bnpo", {"beta": 0.04, "kl_estimator": "k3",
+                                                                            "kl_log_ratio_max": 10}))
+    assert not predicates.kl_log_ratio_clamp_without_k3(_case("loss.bnpo", {"beta": 0, "kl_estimator": "k1",
+                                                                            "kl_log_ratio_max": 10}))
+
+
+def test_is_mask_keeps_nothing_reads_the_expected_keep_at_unmasked_positions():
+    c = _case("is.token.mask", mask=[[True, False]])
+    c["outputs"] = {"keep": [[False, None]]}
+    assert predicates.is_mask_keeps_nothing(c)
+    c["outputs"] = {"keep": [[True, None]]}
+    assert not predicates.is_mask_keeps_nothing(c)
+    c = _case("is.token.truncate", mask=[[True]])
+    c["outputs"] = {"keep": [[False]]}
+    assert not predicates.is_mask_keeps_nothing(c)
+
+
+def test_kl_estimate_predicates_honour_the_clamps_the_case_sets():
+    x21 = dict(logprobs=[[-21.0, 0.0]], ref_logprobs=[[0.0, 0.0]], mask=[[True, True]])   # x = 21
+    assert predicates.k3_above_10_unclamped(_case("kl.k3", **x21))
+    assert not predicates.k3_above_10_unclamped(_case("kl.k3", {"output_max": 10}, **x21))
+    assert not predicates.k3_above_10_unclamped(_case("kl.k1", **x21))
+    small = dict(logprobs=[[-2.0]], ref_logprobs=[[0.0]], mask=[[True]])                  # k3(2) = 4.39
+    assert not predicates.k3_above_10_unclamped(_case("kl.k3", **small))
+    assert predicates.kl_estimate_beyond_10_unclamped(_case("kl.k1", **x21))                # k1 = -21
+    assert not predicates.kl_estimate_beyond_10_unclamped(_case("kl.k1", {"output_min": -10}, **x21))
+    assert not predicates.kl_estimate_beyond_10_unclamped(_case("kl.k1", {"log_ratio_max": 5}, **x21))
+    masked = dict(logprobs=[[-21.0]], ref_logprobs=[[0.0]], mask=[[False]])
+    assert not predicates.kl_estimate_beyond_10_unclamped(_case("kl.k2", **masked))
+    assert predicates.kl_estimate_beyond_10_unclamped(_case("loss.grpo", **x21, old_logprobs=x21["logprobs"],
+                                                           advantages=[1.0]))          # default beta 0.04, k3
+
+
+def test_log_ratio_predicates_look_at_unmasked_tokens_or_masked_ones_as_named():
+    f = "surrogate.ppo_clip"
+    big = dict(logprobs=[[0.0, 0.0]], old_logprobs=[[-21.0, 0.0]], advantages=[1.0])
+    assert predicates.policy_log_ratio_beyond_20(_case(f, mask=[[True, True]], **big))
+    assert not predicates.policy_log_ratio_beyond_20(_case(f, mask=[[False, True]], **big))
+    assert not predicates.policy_log_ratio_beyond_20(_case(f, {"log_ratio_clamp": 20}, mask=[[True, True]], **big))
+    g = "is.sequence.truncate"
+    row = dict(old_logprobs=[[0.0] * 3], sampler_logprobs=[[-7.0] * 3])                     # sum 21, each 7
+    assert predicates.rollout_log_ratio_beyond_20(_case(g, mask=[[True] * 3], **row))
+    assert not predicates.rollout_log_ratio_beyond_20(_case(g, mask=[[True, True, False]], **row))
+    assert predicates.masked_log_ratio_overflows(_case(f, mask=[[True, False]], logprobs=[[0.0, 0.0]],
+                                                       old_logprobs=[[0.0, -1000.0]], advantages=[1.0]))
+    assert not predicates.masked_log_ratio_overflows(_case(f, mask=[[False, True]], logprobs=[[0.0, 0.0]],
+                                                           old_logprobs=[[0.0, -1000.0]], advantages=[1.0]))
+    assert not predicates.masked_log_ratio_overflows(_case(f, mask=[[True, False]], logprobs=[[0.0, 0.0]],
+                                                           old_logprobs=[[0.0, -50.0]], advantages=[1.0]))
+    dirty = _case(f, mask=[[True, False]], logprobs=[[0.0, float("nan")]], old_logprobs=[[0.0, 0.0]],
+                  advantages=[1.0])
+    assert predicates.nonfinite_or_overflowing_masked(dirty) and not predicates.masked_log_ratio_overflows(dirty)
+
+
+def test_nonfinite_or_overflowing_masked_takes_huge_finite_junk_too():
+    f = "surrogate.ppo_clip"
+    huge = _case(f, mask=[[True, False]], logprobs=[[0.0, 3e38]], old_logprobs=[[0.0, 3e38]], advantages=[1.0])
+    assert predicates.nonfinite_or_overflowing_masked(huge) and not predicates.nonfinite_masked(huge)
+    ok = _case(f, mask=[[True, False]], logprobs=[[0.0, -5.0]], old_logprobs=[[0.0, -3.0]], advantages=[1.0])
+    assert not predicates.nonfinite_or_overflowing_masked(ok)

@@ -111,16 +111,21 @@ class _ImportanceWeightedK3(torch.autograd.Function):
     """y = w k3(clip(x, a, b)), w = exp(l - l_old), x = l_ref - l; dy/dl = -w x inside [a, b], and
     outside it 0 (w stopped, sg_ratio_where_clamped) or y (w live).  Where the output clamp [c, d]
     then holds y at a bound, dy/dl is stored as 0: the clamp's zero times an overflowed w would
-    be NaN."""
+    be NaN.  For the same reason a k3 or an x of exactly 0 gives y or dy/dl = 0 by selection, not
+    as w * 0 (an on-reference token at l - l_old = 200 in float32)."""
 
     @staticmethod
     def forward(ctx, logprobs, old_logprobs, ref_logprobs, a, b, c, d, sg_ratio_where_clamped):
         w = torch.exp(logprobs - old_logprobs)
         x = ref_logprobs - logprobs
         xc = _clamp(x, a, b)
-        y = w * k3(xc)
+        zero = torch.zeros_like(x)
+        k = k3(xc)
+        # w overflows in float32 at l - l_old > 88.7: where k3 or x is exactly 0 the spec's product
+        # is 0, so that 0 is selected, never formed as inf * 0 = NaN
+        y = torch.where(k == 0, zero, w * k)
         inside = xc == x
-        grad = torch.where(inside, -(w * x), torch.zeros_like(y) if sg_ratio_where_clamped else y)
+        grad = torch.where(inside, torch.where(x == 0, zero, -(w * x)), zero if sg_ratio_where_clamped else y)
         grad = torch.where(_held(y, c, d), torch.zeros_like(grad), grad)
         ctx.save_for_backward(grad)
         return y

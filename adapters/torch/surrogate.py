@@ -6,6 +6,8 @@ requires inside the clip range), the dual clip with torch.where on A < 0, CISPO 
 REINFORCE terms with a .detach()ed weight, GSPO from the masked mean log-ratio, GMPO with verl's
 sign-aware log-space clip.  Masked positions are selected away with torch.where before anything is
 computed from them, so NaN or inf there reaches neither an output nor a gradient.
+Likewise a zero advantage selects a zero loss (``zero_where_no_advantage``): a ratio that
+overflowed (e^200 in float32) is never multiplied by A = 0 into a NaN.
 
 Two places differ from the most literal framework code, both because the literal code gives a
 wrong float32 gradient on inputs the spec covers (see the report in tests/test_torch_surrogate.py):
@@ -105,9 +107,15 @@ def _clamp(x, c):
     return x if c is None else torch.clamp(x, -c, c)
 
 
+def zero_where_no_advantage(a, loss):
+    """loss, and exactly 0 where A = 0: a ratio that overflowed (e^200 = inf in float32) times A = 0
+    would be NaN where the spec's -A r is 0, so the zero is selected, never multiplied."""
+    return torch.where(a == 0, torch.zeros_like(loss), loss)
+
+
 def ppo_clip_loss(r, a, eps_low, eps_high):
-    """max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))."""
-    return torch.maximum(-a * r, -a * torch.clamp(r, 1 - eps_low, 1 + eps_high))
+    """max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)), 0 where A = 0."""
+    return zero_where_no_advantage(a, torch.maximum(-a * r, -a * torch.clamp(r, 1 - eps_low, 1 + eps_high)))
 
 
 # formulas ---------------------------------------------------------------------------------------
@@ -127,7 +135,7 @@ def pg(inputs, params):
     else:
         d = log_ratio(inputs)
     r = exp_(_clamp(d, _param(params, fid, "log_ratio_clamp")))
-    return {"loss": -a * r}
+    return {"loss": zero_where_no_advantage(a, -a * r)}
 
 
 def ppo_clip(inputs, params):
@@ -182,7 +190,7 @@ def gmpo(inputs, params):
     d_clip = torch.clamp(d, -_param(params, fid, "eps_low"), _param(params, fid, "eps_high"))
     d_tilde = sgn * torch.min(sgn * d, sgn * d_clip)
     d_tilde = torch.where(m, d_tilde, torch.zeros_like(d_tilde))
-    loss = -a * exp_(_mean_log_ratio(d_tilde, m))
+    loss = zero_where_no_advantage(a, -a * exp_(_mean_log_ratio(d_tilde, m)))
     return {"loss": torch.where(m.any(-1), loss, torch.zeros_like(loss))}
 
 

@@ -160,6 +160,15 @@ def reject_lower_bound_k2_k3(case: dict) -> bool:
     return p.get("estimator") in ("k2", "k3") and p.get("lower") is not None
 
 
+def reject_upper_not_positive_k2_k3(case: dict) -> bool:
+    """The case is an ``is.reject`` case with the k2 or k3 estimator and an ``upper`` bound that is a
+    number <= 0."""
+    if case.get("formula") != "is.reject":
+        return False
+    p = _params(case)
+    return p.get("estimator") in ("k2", "k3") and p.get("upper") is not None and _real(p["upper"]) <= 0
+
+
 def truncated_is_lower_bound(case: dict) -> bool:
     """The case's importance-sampling correction truncates (``is_level`` not ``"none"``, ``is_mode`` =
     ``"truncate"``) and has a lower bound (``is_c_min`` not null)."""
@@ -255,6 +264,37 @@ def c_max_at_most_one(case: dict) -> bool:
         if v is not None and not isinstance(v, bool) and _real(v) <= 1:
             return True
     return False
+
+
+def c_min_not_positive(case: dict) -> bool:
+    """The parameter ``c_min`` (``is_c_min`` of a loss recipe) is a number <= 0: a ratio band whose
+    lower bound admits every ratio."""
+    p = _params(case)
+    for name in ("c_min", "is_c_min"):
+        v = p.get(name)
+        if v is not None and not isinstance(v, bool) and _real(v) <= 0:
+            return True
+    return False
+
+
+def one_sided_output_clamp(case: dict) -> bool:
+    """The case sets exactly one of the two KL value clamps (``output_min`` / ``output_max`` of a
+    kl.* case, ``kl_output_min`` / ``kl_output_max`` of a loss recipe with a KL term)."""
+    p = _params(case)
+    for lo, hi in (("output_min", "output_max"), ("kl_output_min", "kl_output_max")):
+        if lo in p or hi in p:
+            if (p.get(lo) is None) != (p.get(hi) is None):
+                return True
+    return False
+
+
+def kl_log_ratio_clamp_without_k3(case: dict) -> bool:
+    """The case has a KL term (``beta`` > 0) whose ``kl_estimator`` is not k3 and sets a log-ratio
+    clamp of it (``kl_log_ratio_min`` or ``kl_log_ratio_max`` not null)."""
+    p = _params(case)
+    if not _real(p.get("beta") if p.get("beta") is not None else 0) > 0 or p.get("kl_estimator") == "k3":
+        return False
+    return p.get("kl_log_ratio_min") is not None or p.get("kl_log_ratio_max") is not None
 
 
 def zero_std_group(case: dict) -> bool:
@@ -388,3 +428,205 @@ def eps_asymmetric(case: dict) -> bool:
     if lo is None or hi is None:
         return lo is not hi
     return _real(lo) != _real(hi)
+
+
+def _transformed_rows(case: dict):
+    """The transformed logits z'_v = softcap_c(s z_v) / tau (logprob.*'s logit_scale, softcap and
+    temperature) of every unmasked position of a case with ``logits`` [B,T,V], as float lists."""
+    ins = inputs_of(case)
+    logits, mask = ins.get("logits"), ins.get("mask")
+    if not isinstance(logits, list) or not isinstance(mask, list):
+        return
+    p = _params(case)
+    s, tau, c = _real(p.get("logit_scale", 1)), _real(p.get("temperature", 1)), p.get("softcap")
+    c = None if c is None else _real(c)
+    if not (tau > 0 and math.isfinite(tau) and math.isfinite(s)) or (c is not None and not c > 0):
+        return      # parameters the spec rejects (an expected-error case): no transformed logits
+    for row, mrow in zip(logits, mask):
+        for z, m in zip(_rows(row), _rows(mrow)):
+            if m and isinstance(z, list) and z:
+                yield [(c * math.tanh(s * _real(v) / c) if c is not None else s * _real(v)) / tau for v in z]
+
+
+def logits_exceed_entropy(case: dict) -> bool:
+    """At some unmasked position the largest magnitude of the transformed logits z' (``logit_scale``,
+    ``softcap``, then ``temperature``, as logprob.* has them) exceeds the entropy H of their softmax
+    (max_v |z'_v| > H): a near-deterministic row (H small), or large logits.  There an entropy formed
+    as log Z - sum_v p_v z'_v subtracts two numbers of size about max |z'| to get H, and loses
+    max |z'| / H of its relative accuracy."""
+    for z in _transformed_rows(case):
+        if not all(math.isfinite(v) for v in z):
+            continue
+        top = max(z)
+        e = [math.exp(v - top) for v in z]
+        total = sum(e)
+        entropy = math.log(total) - sum(w * (v - top) for w, v in zip(e, z)) / total
+        if max(abs(v) for v in z) > entropy:
+            return True
+    return False
+
+
+def is_mask_keeps_nothing(case: dict) -> bool:
+    """The case is an ``is.*.mask`` case whose expected ``keep`` (the reference's) is false at every
+    unmasked position of the batch, while some position is unmasked: the mask rejects every token."""
+    if not str(case.get("formula", "")).startswith("is.") or not str(case.get("formula")).endswith(".mask"):
+        return False
+    keep = (case.get("outputs") or {}).get("keep")
+    mask = _mask(case)
+    if not isinstance(keep, list) or not isinstance(mask, list):
+        return False
+    seen = False
+    for krow, mrow in zip(keep, mask):
+        for k, m in zip(_rows(krow), _rows(mrow)):
+            if m:
+                seen = True
+                if k not in (False, 0, "0", "false", "False", 0.0):
+                    return False
+    return seen
+
+
+def _k3_estimate(case: dict):
+    """The name of the upper value clamp and its value, when the case computes k3 (kl.k3,
+    kl.k3_straight_through, or a loss.* KL term of kl_estimator k3 or k3_straight_through with
+    beta > 0); else None."""
+    f = str(case.get("formula", ""))
+    p = _params(case)
+    if f in ("kl.k3", "kl.k3_straight_through"):
+        return "output_max", p.get("output_max")
+    if f.startswith("loss.") and p.get("kl_estimator") in ("k3", "k3_straight_through") and \
+            _real(p.get("beta", 0)) > 0:
+        return "kl_output_max", p.get("kl_output_max")
+    return None
+
+
+def k3_above_10_unclamped(case: dict) -> bool:
+    """The case computes k3 (kl.k3, kl.k3_straight_through, or a loss.* KL term with kl_estimator
+    k3 or k3_straight_through and beta > 0) with no upper value clamp (``output_max`` /
+    ``kl_output_max`` null), and at some unmasked position k3(x) = e^x - 1 - x of x = ref_logprobs -
+    logprobs exceeds 10 (every |x| > 20 does)."""
+    est = _k3_estimate(case)
+    if est is None or est[1] is not None:
+        return False
+    ins = inputs_of(case)
+    lp, ref, mask = ins.get("logprobs"), ins.get("ref_logprobs"), ins.get("mask")
+    if not isinstance(lp, list) or not isinstance(ref, list) or not isinstance(mask, list):
+        return False
+    for r1, r2, mrow in zip(lp, ref, mask):
+        for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)):
+            x = _real(b) - _real(a)
+            if m and math.isfinite(x) and (abs(x) > 20 or math.expm1(x) - x > 10):
+                return True
+    return False
+
+
+def rollout_log_ratio_beyond_20(case: dict) -> bool:
+    """The case sets no log-ratio clamp (``log_ratio_clamp`` null) and the rollout log-ratio
+    old_logprobs - sampler_logprobs (logprobs - sampler_logprobs where old_logprobs is not given)
+    exceeds 20 in magnitude at some unmasked position, or its sum over some row does."""
+    if _params(case).get("log_ratio_clamp") is not None:
+        return False
+    ins = inputs_of(case)
+    num = ins.get("old_logprobs") if isinstance(ins.get("old_logprobs"), list) else ins.get("logprobs")
+    mu, mask = ins.get("sampler_logprobs"), ins.get("mask")
+    if not isinstance(num, list) or not isinstance(mu, list) or not isinstance(mask, list):
+        return False
+    for r1, r2, mrow in zip(num, mu, mask):
+        xs = [_real(a) - _real(b) for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)) if m]
+        if any(abs(x) > 20 for x in xs) or abs(math.fsum(xs)) > 20:
+            return True
+    return False
+
+
+_KL_ESTIMATES = {"k1": lambda x: -x, "k2": lambda x: 0.5 * x * x, "abs": abs,
+                 "k3": lambda x: math.expm1(x) - x if x < 700 else math.inf,
+                 "k3_straight_through": lambda x: math.expm1(x) - x if x < 700 else math.inf}
+
+
+def kl_estimate_beyond_10_unclamped(case: dict) -> bool:
+    """The case computes a KL estimate (kl.k1, kl.k2, kl.k3, kl.abs or kl.k3_straight_through, or a
+    loss.* KL term with beta > 0 and one of those as ``kl_estimator``), and at some unmasked position
+    the estimate of x = ref_logprobs - logprobs, after the case's own log-ratio clamp, is above 10
+    where the case sets no upper value clamp or below -10 where it sets no lower one."""
+    f = str(case.get("formula", ""))
+    p = _params(case)
+    if f.startswith("kl.") and f[3:] in _KL_ESTIMATES:
+        est, pre = f[3:], ""
+    elif f.startswith("loss.") and p.get("kl_estimator") in _KL_ESTIMATES and \
+            _real(p.get("beta") if p.get("beta") is not None else 0) > 0:
+        est, pre = p["kl_estimator"], "kl_"
+    else:
+        return False
+    lo, hi = p.get(pre + "log_ratio_min"), p.get(pre + "log_ratio_max")
+    omin, omax = p.get(pre + "output_min"), p.get(pre + "output_max")
+    ins = inputs_of(case)
+    lp, ref, mask = ins.get("logprobs"), ins.get("ref_logprobs"), ins.get("mask")
+    if not isinstance(lp, list) or not isinstance(ref, list) or not isinstance(mask, list):
+        return False
+    for r1, r2, mrow in zip(lp, ref, mask):
+        for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)):
+            x = _real(b) - _real(a)
+            if not m or math.isnan(x):
+                continue
+            x = max(x, _real(lo)) if lo is not None else x
+            x = min(x, _real(hi)) if hi is not None else x
+            v = _KL_ESTIMATES[est](x)
+            if (v > 10 and omax is None) or (v < -10 and omin is None):
+                return True
+    return False
+
+
+def policy_log_ratio_beyond_20(case: dict) -> bool:
+    """The case sets no ``log_ratio_clamp`` and at some unmasked position the policy log-ratio
+    |logprobs - old_logprobs| exceeds 20."""
+    if _params(case).get("log_ratio_clamp") is not None:
+        return False
+    ins = inputs_of(case)
+    lp, old, mask = ins.get("logprobs"), ins.get("old_logprobs"), ins.get("mask")
+    if not isinstance(lp, list) or not isinstance(old, list) or not isinstance(mask, list):
+        return False
+    for r1, r2, mrow in zip(lp, old, mask):
+        for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)):
+            if m and abs(_real(a) - _real(b)) > 20:
+                return True
+    return False
+
+
+def masked_log_ratio_overflows(case: dict) -> bool:
+    """At some position whose mask is false, two of the log-prob inputs the case gives (logprobs,
+    old_logprobs, ref_logprobs, sampler_logprobs) are finite and differ by more than 88.7: e^ of
+    their difference overflows float32 there (past 709.8, float64 too)."""
+    ins = inputs_of(case)
+    mask = ins.get("mask")
+    rows = [ins[k] for k in ("logprobs", "old_logprobs", "ref_logprobs", "sampler_logprobs")
+            if isinstance(ins.get(k), list)]
+    if not isinstance(mask, list) or len(rows) < 2:
+        return False
+    for b, mrow in enumerate(mask):
+        for t, m in enumerate(_rows(mrow)):
+            if m:
+                continue
+            vals = [_real(_rows(r[b])[t]) for r in rows if b < len(r) and t < len(_rows(r[b]))]
+            vals = [v for v in vals if math.isfinite(v)]
+            if len(vals) >= 2 and max(vals) - min(vals) > 88.7:
+                return True
+    return False
+
+
+def _huge_masked(case: dict) -> bool:
+    mask = _mask(case)
+    if not isinstance(mask, list):
+        return False
+    for _, value in _real_inputs(case):
+        for row, mrow in zip(_rows(value), mask):
+            for v, m in zip(_rows(row), _rows(mrow)):
+                if not m and not isinstance(v, list) and math.isfinite(_real(v)) and abs(_real(v)) > 1e30:
+                    return True
+    return False
+
+
+def nonfinite_or_overflowing_masked(case: dict) -> bool:
+    """A masked position holds NaN or an infinity (``nonfinite_masked``), finite log-probs whose
+    difference exceeds 88.7 (``masked_log_ratio_overflows``), or a finite real value of magnitude
+    above 1e30 (a product with it overflows float32, whose largest value is 3.4e38): junk that a
+    framework computing at every position turns into inf, and inf times its zero mask into NaN."""
+    return nonfinite_masked(case) or masked_log_ratio_overflows(case) or _huge_masked(case)

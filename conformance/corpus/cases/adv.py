@@ -101,6 +101,10 @@ def _common_edges(fid):
 def _group_normalized():
     fid = "adv.group_normalized"
     return [
+        Case(f"{fid}/singletons-bessel", fid, "edge",
+             "every group holds one sequence (a group size of 1) with the Bessel std and eps 1e-8: the std of one "
+             "sample (n - 1 = 0) is undefined, and singleton = 'zero' gives A = 0 for both",
+             {"rewards": [2.5, -0.5], "group_ids": [0, 1]}, {"std": "bessel", "eps": "1e-8"}),
         Case(f"{fid}/two-groups", fid, "example",
              "group 0 (1, 0): mu 0.5, population sigma 0.5, A = +-1; group 1 (0.5, -1, 0.5, 0): mu 0, "
              "sigma = sqrt(1.5/4) = 0.6123724357, A = 0.8164965809, -1.6329931619, 0.8164965809, 0",

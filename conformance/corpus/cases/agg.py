@@ -146,6 +146,10 @@ def cases():
         Case(f"{fid}/count-empty-sequences", fid, "edge",
              "SkyRL sequence_mean counts the empty row: (1.25/3 + 1.625/4) / 3, 2/3 of the default",
              {"values": Q, "mask": EMPTY_ROW}, {"count_empty_sequences": True}),
+        Case(f"{fid}/eps-length-only", fid, "edge",
+             "eps_length = 1e-8 alone (verl's seq-mean-token-mean: count + 1e-8 per sequence, no epsilon on the "
+             "sequence count): one token 0.0625, value 0.0625 / (1 + 1e-8)",
+             {"values": [[0.0625]], "mask": [[True]]}, {"eps_length": "1e-8"}),
         Case(f"{fid}/eps", fid, "edge", "eps_length = eps_count = 1e-8 (verl, NeMo-RL): "
              "((1+2)/(2+1e-8) + 4/(1+1e-8)) / (2+1e-8)",
              {"values": V, "mask": M}, {"eps_length": "1e-8", "eps_count": "1e-8"}),

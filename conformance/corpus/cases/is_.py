@@ -286,6 +286,10 @@ def _reject_cases():
              {"direction": "old_mu", "log_ratio_clamp": 20, "level": "token", "upper": 100}),
         Case(f"{fid}/negative-upper", fid, "edge", "upper -0.01 with k3 (>= 0): every token is rejected",
              PADDED, {"level": "token", "upper": "-0.01"}),
+        Case(f"{fid}/upper-zero", fid, "edge",
+             "upper = 0 with k3 at token level (the equality boundary of a bound the statistic cannot go below): "
+             "x = (0.25, -0.5, 0.125), (0, -0.25); only the on-policy token, k3 = 0 = upper, is kept (the band is "
+             "closed)", PADDED, {"level": "token", "upper": 0}),
         Case(f"{fid}/boundary-k1", fid, "edge",
              "boundary: k1 = -x = (-0.25, 0.5, -0.125), (0, 0.25): 0.25 equals upper = 0.25 and -0.25 equals "
              "lower = -0.25, both kept (the band is closed), exact in every dtype; 0.5 is rejected", PADDED,

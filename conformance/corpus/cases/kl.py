@@ -71,6 +71,10 @@ def _shared(fid, inputs_for):
              "NaN and infinities at masked positions must not reach any output or gradient "
              "(the one unmasked token has x = -0.5)",
              inputs_for(DIRTY, [[-1.25, "inf", "-inf", "nan"]])),
+        Case(f"{fid}/masked-overflowing-log-ratio", fid, "edge",
+             "a masked token with finite log-probs whose x = 1000 overflows exp in every dtype: it must reach no "
+             "output or gradient (the unmasked token has x = -0.5)",
+             inputs_for({"logprobs": [[-1.0, -1000.0]], "ref_logprobs": [[-1.5, 0.0]], "mask": [[True, False]]})),
         Case(f"{fid}/log-ratio-20", fid, "edge",
              "x = +20 and -20: k1 = (-20, 20), k2 = (200, 200), k3 = (e^20 - 21 = 485165174.41, 19 + e^-20), "
              "abs = (20, 20)", inputs_for(X20)),
@@ -223,6 +227,11 @@ def _unbiased_cases():
              "importance log-ratios +200 and -200 with x = -0.5 and 1: w = e^200 = 7.2e86 overflows float32 "
              "(value and gradient pass by overflow there), e^-200 (e - 2) = 9.94e-88 underflows float32 to 0",
              {"logprobs": [[0.0, -200.0]], "old_logprobs": [[-200.0, 0.0]], "ref_logprobs": [[-0.5, -199.0]],
+              "mask": [[True, True]]}),
+        Case(f"{fid}/ratio-200-on-reference", fid, "edge",
+             "importance log-ratios +200 and -200 with l_ref = l (x = 0): y = w k3(0) = 0 and gradient w (l - l_ref) = 0 "
+             "exactly, although w = e^200 overflows float32 (inf * 0 would be NaN)",
+             {"logprobs": [[0.0, -200.0]], "old_logprobs": [[-200.0, 0.0]], "ref_logprobs": [[0.0, -200.0]],
               "mask": [[True, True]]}),
         Case(f"{fid}/nemo-rl-2958-ratio-stopped-where-clamped", fid, "regression",
              "input clamp [-20, 20], l - l_old = 0.5: x = 29.5 is clamped, y = e^0.5 (e^20 - 21) = 799902142.85, gradient 0 "

@@ -287,6 +287,13 @@ def edges(fid):
         case(fid, "masked-nan-inf", "edge",
              "NaN and infinities at masked positions of every input must not reach the loss or the gradient",
              DIRTY),
+        case(fid, "masked-overflowing-log-ratio", "edge",
+             "a masked token with finite log-probs whose log-ratios l - l_old = 1000 and l_ref - l = 1000 overflow "
+             "exp in every dtype: it must reach neither the loss nor the gradient (the unmasked token has d = 0.5, "
+             "A = 1)",
+             {"logprobs": [[-1.0, 0.0]], "old_logprobs": [[-1.5, -1000.0]], "mask": [[True, False]], "advantages": [1.0],
+              "ref_logprobs": [[-1.25, 1000.0]], "sampler_logprobs": [[-1.5, -1000.0]], "group_ids": [0],
+              "entropy": [[1.0, 1.0]]}),
         case(fid, "on-policy", "edge", "l = l_old: every ratio is exactly 1", dict(base, old_logprobs=LP)),
         case(fid, "log-ratio-20", "edge",
              "log-ratios +20 (rows 0, 1) and -20 (rows 2, 3) with A = +1, -1, +1, -1 (e^20 = 4.85e8)"
@@ -295,6 +302,15 @@ def edges(fid):
              "log-ratios +200 and -200 with A = +-1: e^200 = 7.2e86 overflows float32 where the unclipped branch or "
              "the ratio is live" + ("; l_ref = l (KL 0)" if fid == "loss.grpo" else ""), ext200,
              p0 if fid != "loss.grpo" else {}),
+        case(fid, "log-ratio-200-zero-advantage", "edge",
+             "log-ratios +200 and -200 with A = 0 everywhere: loss and gradient exactly 0 (a ratio e^200 = inf in "
+             "float32 times a zero advantage would be NaN)", dict(ext200, advantages=[0.0] * 4), p0),
+        case(fid, "log-ratio-200-kl-k3_unbiased-on-reference", "edge",
+             "log-ratios +200 (A = 1) and -200 (A = -1), each on its clipped side where the recipe clips, with "
+             "beta 0.25 and kl.k3_unbiased at l_ref = l: the KL terms w k3(0) and their gradients are exactly 0 "
+             "although w = e^200 overflows float32",
+             dict(ext200, ref_logprobs=ext200["logprobs"], advantages=[1.0, 1.0, -1.0, -1.0]),
+             {"beta": 0.25, "kl_estimator": "k3_unbiased"}),
     ]
     if fid in CLAMP_NAME:
         name = CLAMP_NAME[fid]
@@ -325,6 +341,11 @@ def edges(fid):
     if fid in TOKEN_ADV:
         out.append(case(fid, "token-advantages", "edge", "per-token advantages [B, T]",
                         dict(base, advantages=A_TOK), p0))
+        out.append(case(fid, "masked-nan-advantage", "edge",
+                        "per-token advantages with NaN at the masked positions (finite log-probs there): it must "
+                        "reach neither the loss nor the gradient",
+                        dict(base, advantages=[[a if m else "nan" for a, m in zip(ra, rm)]
+                                               for ra, rm in zip(A_TOK, MASK)]), p0))
     return out
 
 

@@ -124,6 +124,11 @@ def _opsm_cases():
               "mask": [MASK[0], [False] * 4]}, {"delta": "0.02"}),
         Case(f"{fid}/all-masked", fid, "edge", "no token counts: kappa = 0 everywhere (below the default delta 0.5), "
              "every sequence kept", {**base, "advantages": [-1.0, -1.0], "mask": [[False] * 4, [False] * 4]}),
+        Case(f"{fid}/empty-sequence-nan", fid, "edge",
+             "the second sequence has no unmasked token and NaN at all its positions: its kappa is 0 and the NaN "
+             "reaches no output; the first has l^mu - l = (1, 0.25), kappa = 0.625 > 0.5 with A = -1: dropped",
+             {"logprobs": [[-2.0, -0.5], ["nan", "nan"]], "sampler_logprobs": [[-1.0, -0.25], ["nan", "nan"]],
+              "advantages": [-1.0, 0.0], "mask": [[True, True], [False, False]]}),
         Case(f"{fid}/masked-nan-inf", fid, "edge",
              "NaN and infinities at masked positions (log-probs and per-token advantages) must not reach any "
              "output; unmasked l^mu - l = (1, 0.25), kappa = 0.625 > 0.5, A = mean(-1, 0.5) = -0.25: dropped",

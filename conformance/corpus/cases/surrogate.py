@@ -94,6 +94,16 @@ def _token_edges(fid):
              "NaN and infinities in logprobs, old_logprobs and the advantages at masked positions must reach no "
              "output or gradient (the one unmasked token has d = 0.5, A = 1)",
              tok(DIRTY, [[1.0, "nan", "inf", "-inf"]])),
+        Case(f"{fid}/masked-nan-advantage", fid, "edge",
+             "a NaN advantage at a masked position whose log-probs are finite (d = 0 there): it must reach neither "
+             "the loss nor the gradient (the unmasked token has d = 0.5, A = 1)",
+             tok({"logprobs": [[-1.0, -2.0]], "old_logprobs": [[-1.5, -2.0]], "mask": [[True, False]]},
+                 [[1.0, "nan"]])),
+        Case(f"{fid}/masked-overflowing-log-ratio", fid, "edge",
+             "a masked token with finite log-probs whose log-ratio d = 1000 overflows exp in every dtype (A = 0 "
+             "there): it must reach neither the loss nor the gradient (the unmasked token has d = 0.5, A = 1)",
+             tok({"logprobs": [[-1.0, 0.0]], "old_logprobs": [[-1.5, -1000.0]], "mask": [[True, False]]},
+                 [[1.0, 0.0]])),
         Case(f"{fid}/log-ratio-20", fid, "edge",
              f"d = +20 with A = -1 and d = -20 with A = 1 (the unclipped side of each sign for PPO): {x20}",
              tok(X20, [[-1.0, 1.0]])),
@@ -106,6 +116,10 @@ def _token_edges(fid):
         Case(f"{fid}/log-ratio-200-clipped-side", fid, "edge",
              f"d = +200 with A = 1 and d = -200 with A = -1: {x200c}",
              tok(X200, [[1.0, -1.0]])),
+        Case(f"{fid}/log-ratio-200-zero-advantage", fid, "edge",
+             "d = +200 and -200 with A = 0: loss and gradient exactly 0 (-A r = 0 however large r is; in float32 "
+             "e^200 = inf and a zero advantage multiplied by it would be NaN)",
+             tok(X200, [[0.0, 0.0]])),
         Case(f"{fid}/random-1", fid, "random",
              "generator inputs (seed 301), 3 sequences of lengths 16, 9 and 1, sequence advantages",
              random_inputs(301, 3, 16, ("logprobs", "old_logprobs", "mask", "advantages"), (16, 9, 1))),
@@ -349,6 +363,11 @@ def _gspo():
              "infinity passes by overflow); sequence 2 d = (200, -200), A = 1: s = 1, loss -1, gradient -1/2",
              {"logprobs": [[0.0, 0.0], [0.0, -200.0]], "old_logprobs": [[-200.0, -200.0], [-200.0, 0.0]],
               "mask": [[True] * 2] * 2, "advantages": [-1.0, 1.0]}),
+        Case(f"{fid}/log-ratio-200-zero-advantage", fid, "edge",
+             "d = (200, 200) and (-200, -200) with A = 0: s = e^200 and e^-200, loss and gradient exactly 0 (in "
+             "float32 s = inf, and a zero advantage multiplied by it would be NaN)",
+             {"logprobs": [[0.0, 0.0], [-200.0, -200.0]], "old_logprobs": [[-200.0, -200.0], [0.0, 0.0]],
+              "mask": [[True] * 2] * 2, "advantages": [0.0, 0.0]}),
         Case(f"{fid}/log-ratio-200-clipped-side", fid, "edge",
              "d = (200, 200) with A = 1 and (-200, -200) with A = -1: both clipped, loss (-1.0004, 0.9997), "
              "gradient exactly 0 (no 0 * inf = NaN where e^200 overflows float32)",
@@ -398,6 +417,11 @@ def _gmpo():
              "g = e^99.8 (overflows float32: an infinity passes by overflow)",
              {"logprobs": [[0.0, -200.0], [0.0, -200.0]], "old_logprobs": [[-200.0, 0.0], [-200.0, 0.0]],
               "mask": [[True] * 2] * 2, "advantages": [1.0, -1.0]}),
+        Case(f"{fid}/log-ratio-200-zero-advantage", fid, "edge",
+             "d = (200, 200) and (-200, -200) with A = 0 (sgn(0) = -1: the clip floors, so 200 passes): g = e^200 "
+             "and e^-200, loss and gradient exactly 0 (in float32 g = inf, times A = 0 would be NaN)",
+             {"logprobs": [[0.0, 0.0], [-200.0, -200.0]], "old_logprobs": [[-200.0, -200.0], [0.0, 0.0]],
+              "mask": [[True] * 2] * 2, "advantages": [0.0, 0.0]}),
         Case(f"{fid}/asymmetric-bounds", fid, "example",
              "eps_low = 0.25, eps_high = 0.5 on d = (0.75, -0.75): A = 1: (0.5, -0.75), g = e^-0.125 = "
              "0.88249690258; A = -1: (0.75, -0.25), g = e^0.25 = 1.2840254167",
