@@ -365,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = command("golden")
     g.add_argument("action", choices=("generate", "verify", "coverage"),
                    help="generate: write the corpus; verify: regenerate in memory and require byte equality; "
-                        "coverage: which side of every bounding parameter binds in which cases")
+                        "coverage: which side of every bounding parameter binds in which cases, which regimes (gates at "
+                        "equality, composed bounds in both orders, float64-only effects) the cases witness")
     g.add_argument("--no-cache", action="store_true",
                    help="verify: evaluate every case afresh instead of taking unchanged ones from the record cache")
     g.set_defaults(func=_golden)
