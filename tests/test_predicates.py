@@ -29,3 +29,14 @@ def test_eps_asymmetric_compares_the_resolved_bounds():
 def test_both_are_known_to_the_declarations_reader():
     names = predicates.predicates()
     assert {"mask_gaps", "eps_asymmetric"} <= set(names)
+
+
+def test_ratio_near_clip_bound_leaves_out_an_exact_ratio_at_an_exact_bound():
+    def case(d, eps):
+        return {"formula": "surrogate.ppo_clip", "params": {"eps_low": eps, "eps_high": eps},
+                "inputs": {"logprobs": [[-1.0 + d]], "old_logprobs": [[-1.0]], "mask": [[True]],
+                           "advantages": [1.0]}}
+
+    assert not predicates.ratio_near_clip_bound(case(0.0, 0))        # exp(0) = 1 = 1 -+ 0: exact in every dtype
+    assert predicates.ratio_near_clip_bound(case(2.0 ** -10, 0))     # 1 + 2^-10 rounds to 1 in bfloat16
+    assert predicates.ratio_near_clip_bound(case(0.0, 2.0 ** -9))    # the bound 1 + 2^-9 rounds to 1

@@ -84,7 +84,12 @@ class View:
 
     def num(self, name):
         v = self.p.get(name)
-        return None if v is None or isinstance(v, (str, bool)) else mpf(v)
+        if v is None or isinstance(v, bool):
+            return None
+        try:
+            return mpf(v)           # a number, or a decimal string ("1e-8")
+        except (TypeError, ValueError):
+            return None             # a choice
 
     def _positions(self):
         mask = self.inputs.get("mask")
@@ -123,8 +128,10 @@ class View:
         rows: dict = {}
         for tok in self.tokens:
             rows.setdefault(tok.i, []).append(tok.dc)
-        return [Seq(i, len(v), mp.fsum(v) / len(v), mp.fsum(v), self.adv(i, None) if not isinstance(
-            self.inputs["advantages"][i], list) else None) for i, v in sorted(rows.items())]
+        adv = self.inputs.get("advantages")
+        return [Seq(i, len(v), mp.fsum(v) / len(v), mp.fsum(v),
+                    mpf(adv[i]) if adv is not None and not isinstance(adv[i], list) else None)
+                for i, v in sorted(rows.items())]
 
     @cached_property
     def out(self):
@@ -155,6 +162,7 @@ class Regime:
     where: str                     # spec section
     text: str                      # the predicate in words
     test: Callable = field(compare=False, repr=False)
+    recipe: bool = True            # False: immaterial in a recipe (text says why)
 
     @property
     def key(self):
@@ -267,8 +275,8 @@ def _surrogate():
         return v.p.get("cap_form") != "absolute"
 
     out += [
-        Regime(fid, "relative: r = 1 + eps_high, A != 0", "equality", w, "the weight's upper bound at equality",
-               lambda v: rel(v) and _any(v.tokens, lambda k: k.a != 0 and k.r == 1 + v.num("eps_high"))),
+        # relative: r = 1 + eps_high at equality is unreachable: eps_high > 0 and r = e^d is irrational for a
+        # rational d != 0 (the registry's eps_high range), so only the lower bound has an equality regime
         Regime(fid, "relative: r = 1 - eps_low, A != 0", "equality", w, "the weight's lower bound at equality",
                lambda v: rel(v) and v.num("eps_low") is not None and _any(
                    v.tokens, lambda k: k.a != 0 and k.r == 1 - v.num("eps_low"))),
@@ -351,7 +359,7 @@ def _surrogate():
     out += [
         Regime(fid, "A > 0 and A < 0", "branch", w, "both (k, lambda) branches in one case",
                lambda v: _any(v.seqs, lambda q: q.a > 0) and _any(v.seqs, lambda q: q.a < 0)),
-    ] + _clamp_equality(fid, "surrogate", gated=False)
+    ]   # its clamps act on sg[...] (a constant weight): equality there is immaterial
     return out
 
 
@@ -465,14 +473,16 @@ def _is():
                 rows = _rows_of(toks)
                 return [mp.fsum(r) if level == "sequence" else mp.fsum(r) / len(r) for r in rows.values()]
 
+            if mode == "mask":   # truncation at equality gives the bound either way (a constant weight)
+                out += [
+                    Regime(fid, "rho = c_min", "equality", w, "a weight exactly at the band's lower bound (kept)",
+                           lambda v, rhos=rhos: v.num("c_min") is not None and _any(
+                               rhos(v), lambda x: x == v.num("c_min"))),
+                    Regime(fid, "rho = c_max", "equality", w, "a weight exactly at the band's upper bound (kept)",
+                           lambda v, rhos=rhos: v.num("c_max") is not None and _any(
+                               rhos(v), lambda x: x == v.num("c_max"))),
+                ]
             out += [
-                Regime(fid, "rho = c_min", "equality", w, "a weight exactly at the lower bound",
-                       lambda v, rhos=rhos: v.num("c_min") is not None and _any(rhos(v), lambda x: x == v.num("c_min"))),
-                Regime(fid, "rho = c_max", "equality", w, "a weight exactly at the upper bound",
-                       lambda v, rhos=rhos: v.num("c_max") is not None and _any(rhos(v), lambda x: x == v.num("c_max"))),
-                Regime(fid, "u = c (log-weight clamp)", "equality", w, "the level's log-weight exactly at the clamp",
-                       lambda v, b=base_rhos: v.num("log_ratio_clamp") is not None and _any(
-                           b(v), lambda u: abs(u) == v.num("log_ratio_clamp"))),
                 Regime(fid, "u > c, e^c <= c_max", "order", w,
                        "the log-weight clamp binds above inside the band (the clamped weight is kept / not truncated)",
                        lambda v, b=base_rhos: v.num("log_ratio_clamp") is not None and v.num("c_max") is not None
@@ -537,8 +547,9 @@ def _mask():
                lambda v: v.p.get("advantage_gate") != "token" and _any(
                    seqs(v), lambda q: q[0] == 0 and q[1] > v.num("delta"))),
         Regime(fid, "token gate: A_t = 0, kappa > delta", "equality", w,
-               "advantage_gate 'token': a token with A_{i,t} = 0 in a sequence whose statistic exceeds delta",
-               lambda v: _any(tok_gate(v), lambda q: q[0] == 0 and q[1] > v.num("delta"))),
+               "advantage_gate 'token': a token with A_{i,t} = 0 in a sequence whose statistic exceeds delta "
+               "(not in a recipe: there the gated term -A r is 0 at A_t = 0, kept or dropped)",
+               lambda v: _any(tok_gate(v), lambda q: q[0] == 0 and q[1] > v.num("delta")), recipe=False),
         Regime(fid, "token gate: A_t < 0 and A_t > 0, kappa > delta", "branch", w,
                "advantage_gate 'token': both signs in sequences over delta",
                lambda v: _any(tok_gate(v), lambda q: q[0] < 0 and q[1] > v.num("delta"))
@@ -774,7 +785,8 @@ def coverage(cases=None) -> dict[str, Row]:
             for comp, _ in _recipe_component_universe(fid):
                 recipe_formulas.add(comp)
     for row in rows.values():
-        row.recipe_needed = (row.regime.formula in recipe_formulas and row.regime.kind not in ("float64", "option"))
+        row.recipe_needed = (row.regime.formula in recipe_formulas and row.regime.recipe
+                             and row.regime.kind not in ("float64", "option"))
     with mp.workdps(DPS):
         for c in cases:
             if c.get("expect_error"):
