@@ -118,9 +118,12 @@ class _ImportanceWeightedK3(torch.autograd.Function):
         w = torch.exp(logprobs - old_logprobs)
         x = ref_logprobs - logprobs
         xc = _clamp(x, a, b)
-        y = w * k3(xc)
+        # k3(0) = 0 and -w x = 0 at x = 0 exactly, whatever w: an overflowed w (l - l_old = 200 in
+        # float32) must not turn them into inf x 0 = NaN
+        zero = torch.zeros_like(w)
+        y = torch.where(xc == 0, zero, w * k3(xc))
         inside = xc == x
-        grad = torch.where(inside, -(w * x), torch.zeros_like(y) if sg_ratio_where_clamped else y)
+        grad = torch.where(inside, torch.where(x == 0, zero, -(w * x)), zero if sg_ratio_where_clamped else y)
         grad = torch.where(_held(y, c, d), torch.zeros_like(grad), grad)
         ctx.save_for_backward(grad)
         return y

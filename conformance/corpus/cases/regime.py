@@ -141,8 +141,16 @@ KL_IDS = ("kl.k1", "kl.k2", "kl.k3", "kl.abs", "kl.k3_straight_through")
 def _kl():
     lp = [[BASE] * 4]
     ref = [[BASE + x for x in KL_X[0]]]
-    return [Case(f"{fid}/regime-input-and-output-clamps", fid, "edge", KL_TEXT,
-                 {"logprobs": lp, "ref_logprobs": ref, "mask": [[True] * 4]}, dict(KL_PARAMS)) for fid in KL_IDS]
+    out = [Case(f"{fid}/regime-input-and-output-clamps", fid, "edge", KL_TEXT,
+                {"logprobs": lp, "ref_logprobs": ref, "mask": [[True] * 4]}, dict(KL_PARAMS)) for fid in KL_IDS]
+    fid = "kl.k3_unbiased"
+    out.append(Case(f"{fid}/regime-overflowed-weight-at-zero", fid, "edge",
+                    "l - l_old = 200 (w = e^200, beyond float32) at x = l_ref - l = 0, and l - l_old = 1/2 at x = 1: "
+                    "y = w k3(0) = 0 and dy/dl = -w x = 0 exactly (an implementation that forms w first must not "
+                    "return inf x 0 = NaN); the second token y = e^0.5 (e - 2), dy/dl = -e^0.5",
+                    {"logprobs": [[-1.0, -2.0]], "old_logprobs": [[-201.0, -2.5]], "ref_logprobs": [[-1.0, -1.0]],
+                     "mask": [[True, True]]}, {"log_ratio_min": -1.0, "log_ratio_max": 1.0}))
+    return out
 
 
 # IS: u = l_old - l_mu per token (0, 0), (1/4, 1/4), (1/2, 1/2), (1, 1): per level (token, sum, mean)
