@@ -232,8 +232,9 @@ def _make_plan(fid, ex) -> list:
                     plan.append(("kl", None, i, t, want, f"at x = {_fmt(x)}: k3 of the clamped x "
                                  f"(clamped to [{a}, {b}], then to [{lo}, {hi}]) is {_fmt(want)}"))
                     continue
-                plan.append(("within", f"kl[{i}][{t}]", "kl", i, t, mpf(lo) if lo is not None else None,
-                             mpf(hi) if hi is not None else None))
+                if lo is not None or hi is not None:   # unbounded: w = e^200 may overflow, as the reference's value
+                    plan.append(("within", f"kl[{i}][{t}]", "kl", i, t, mpf(lo) if lo is not None else None,
+                                 mpf(hi) if hi is not None else None))
                 w = exp(d(i, t))
                 y = w * _kl_estimate("kl.k3", xc)
                 if (xc != x and p.get("sg_ratio_where_clamped", True)) or \
@@ -283,7 +284,7 @@ CLAMP_PARAMS = {
 }
 
 
-# Clamped formulas the clamp property does not check, and why (regimes.option_coverage requires every
+# Clamped formulas the clamp property does not check, and why (strategy_coverage.option_coverage requires every
 # other formula with a clamp parameter in CLAMP_PARAMS)
 NOT_CLAMP_CHECKED = {
     "surrogate.vespo": "its clamps act on sg[phi], a weight without gradient whose value the golden cases pin; "
