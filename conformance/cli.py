@@ -77,8 +77,16 @@ def _golden(args) -> int:
         return 0
     if args.action == "coverage":
         from .corpus import coverage
+        from .run.properties import strategy_coverage
 
-        return coverage.main()
+        if coverage.main():
+            return 1
+        rows, bad = strategy_coverage.option_coverage()
+        print()
+        ok = coverage.report(strategy_coverage.option_table(rows), bad, "property-strategy gap(s)",
+                             "the property examples draw every option on both sides of its binding region, "
+                             "and the clamp property covers every clamped formula")
+        return 0 if ok else 1
     import time
 
     start = time.perf_counter()
@@ -376,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = command("golden")
     g.add_argument("action", choices=("generate", "verify", "coverage"),
                    help="generate: write the corpus; verify: regenerate in memory and require byte equality; "
-                        "coverage: which side of every bounding parameter binds in which cases")
+                        "coverage: which side of every bounding parameter binds in which cases, which regimes (gates at "
+                        "equality, composed bounds in both orders, float64-only effects) the cases witness")
     g.add_argument("--no-cache", action="store_true",
                    help="verify: evaluate every case afresh instead of taking unchanged ones from the record cache")
     g.set_defaults(func=_golden)

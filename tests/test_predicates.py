@@ -117,3 +117,12 @@ def test_nonfinite_or_overflowing_masked_takes_huge_finite_junk_too():
     assert predicates.nonfinite_or_overflowing_masked(huge) and not predicates.nonfinite_masked(huge)
     ok = _case(f, mask=[[True, False]], logprobs=[[0.0, -5.0]], old_logprobs=[[0.0, -3.0]], advantages=[1.0])
     assert not predicates.nonfinite_or_overflowing_masked(ok)
+def test_ratio_near_clip_bound_leaves_out_an_exact_ratio_at_an_exact_bound():
+    def case(d, eps):
+        return {"formula": "surrogate.ppo_clip", "params": {"eps_low": eps, "eps_high": eps},
+                "inputs": {"logprobs": [[-1.0 + d]], "old_logprobs": [[-1.0]], "mask": [[True]],
+                           "advantages": [1.0]}}
+
+    assert not predicates.ratio_near_clip_bound(case(0.0, 0))        # exp(0) = 1 = 1 -+ 0: exact in every dtype
+    assert predicates.ratio_near_clip_bound(case(2.0 ** -10, 0))     # 1 + 2^-10 rounds to 1 in bfloat16
+    assert predicates.ratio_near_clip_bound(case(0.0, 2.0 ** -9))    # the bound 1 + 2^-9 rounds to 1

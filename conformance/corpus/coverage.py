@@ -452,7 +452,20 @@ def main() -> int:
     if not _report(error_table(hits), bad, "error-coverage problem(s)",
                    f"every reference SpecError site is reached by an expected-error case ({len(hits)} sites)"):
         return 1
+    from . import regimes
+
+    rows = regimes.coverage()
+    print()
+    if not _report(regimes.table(rows), regimes.problems(rows), "regime gap(s)",
+                   f"every regime is witnessed at the formula level (float64 effects by {regimes.MIN_FLOAT64} cases) "
+                   f"and, where a recipe composes it, in a loss.* case ({len(rows)} regimes)"):
+        return 1
     return 0
+
+
+def report(table_text: str, bad: list, what: str, ok: str) -> bool:
+    """``_report`` for the rooms above (the property-strategy table of ``pgspec golden coverage``)."""
+    return _report(table_text, bad, what, ok)
 
 
 if __name__ == "__main__":

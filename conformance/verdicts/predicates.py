@@ -332,7 +332,9 @@ def ratio_near_clip_bound(case: dict) -> bool:
     lies within a relative 2^-7 (bfloat16's spacing just above 1; float16's is finer) of a clip bound
     1 - eps_low or 1 + eps_high: a token's ratio exp(logprobs - old_logprobs) at an unmasked position,
     or, for GSPO and sequence-level LUSPO, a row's geometric ratio exp(mean of its unmasked
-    log-ratios).  Rounding the ratio or the bound to a 16-bit dtype can put it on the other side."""
+    log-ratios).  Rounding the ratio or the bound to a 16-bit dtype can put it on the other side.
+    A log-ratio of exactly 0 at a bound of exactly 1 (eps = 0) is left out: exp(0) = 1 and the bound are
+    exact in every dtype, so neither rounds to the other side."""
     params = _params(case)
     lo, hi = params.get("eps_low"), params.get("eps_high")
     bounds = [1 - _real(lo)] if lo is not None else []
@@ -351,10 +353,11 @@ def ratio_near_clip_bound(case: dict) -> bool:
         logs = [_real(a) - _real(b) for a, b, m in zip(r1, r2, mrow) if m]
         logs = [x for x in logs if math.isfinite(x)]
         if sequence:
-            ratios += [math.exp(min(sum(logs) / len(logs), 700.0))] if logs else []
+            ratios += [sum(logs) / len(logs)] if logs else []
         else:
-            ratios += [math.exp(min(x, 700.0)) for x in logs]
-    return any(abs(r - b) <= 2.0 ** -7 * b for r in ratios for b in bounds)
+            ratios += logs
+    return any(abs(math.exp(min(x, 700.0)) - b) <= 2.0 ** -7 * b and not (x == 0 and b == 1)
+               for x in ratios for b in bounds)
 
 
 # the aggregator of each loss recipe's policy term (reference/loss.py): what kl_aggregation = "policy"

@@ -10,7 +10,8 @@ Owns: the case tables (one module per family in ``FAMILY_MODULES``, each with ``
 error cases derived from them (errors.py) and ``Case``/``Generated`` (case.py).
 May import: pgspec.reference and the rest of the corpus (the generator, the name map); nothing above.
 Add a case: a ``Case`` in the family's module (a new family: its module and ``FAMILY_MODULES``),
-then ``pgspec golden generate``.
+then ``pgspec golden generate``.  The regime cases (regime.py, witnesses that ``pgspec golden
+coverage`` asks for) are appended to their family's cases, after its derived error cases.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ def all_cases() -> list[Case]:
             raise
         from .errors import error_cases
 
+        from .regime import cases_for
+
         module_cases = module.cases()
-        for case in module_cases + error_cases(module_cases):
+        for case in module_cases + error_cases(module_cases) + cases_for(name):
             case.check()
             if case.id in seen:
                 raise ValueError(f"duplicate case ID {case.id!r}")
