@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar
 
-# the cotangent of the call in progress (documented above); set by pgspec around adapter.call
-from pgspec.conformance.judge.call import current_cotangent  # noqa: F401
+# the cotangent of the call in progress (documented above), set by pgspec around adapter.call; an
+# adapter that calls one of its own formulas for a read-out (not for the case's gradient) wraps that
+# call in ``with cotangent_context(None):`` so that the inner call sees ones
+from pgspec.conformance.judge.call import cotangent_context, current_cotangent  # noqa: F401
 
 
 class Unsupported(Exception):

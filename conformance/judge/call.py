@@ -133,8 +133,8 @@ class OwnGradientError(Exception):
 def own_gradients(formula_id: str, grads: dict, cotangent, read: bool, adapter_name: str = "the adapter") -> dict:
     """An adapter's own gradients (``out["grad"]``) as the VJP with ``cotangent``: as returned when the
     adapter read ``current_cotangent()``; for a scalar ``grad_of`` output multiplied by its one value
-    c in float64 (exact: c has 4 significant bits); else an OwnGradientError (a per-token output's
-    gradient made with ones is not the VJP the case asks for).  ``cotangent`` None: as returned."""
+    c in float64 (exact: c has 4 significant bits); else an OwnGradientError (a per-token or
+    per-sequence output's gradient made with ones is not the VJP the case asks for).  ``cotangent`` None: as returned."""
     import torch
 
     if cotangent is None or read or not grads:
@@ -146,7 +146,7 @@ def own_gradients(formula_id: str, grads: dict, cotangent, read: bool, adapter_n
                              dtype=np.float64))
         return {n: (g.detach().to(torch.float64) * c if isinstance(g, torch.Tensor) else g) for n, g in grads.items()}
     raise OwnGradientError(
-        f"{adapter_name} returned its own gradient of {formula_id}'s per-token output {f.grad_of!r} without "
+        f"{adapter_name} returned its own gradient of {formula_id}'s non-scalar output {f.grad_of!r} without "
         f"reading the case's cotangent (pgspec.adapters.base.current_cotangent()): the gradient pgspec judges is the "
         f"VJP with that cotangent (spec/golden-format.md, 'Cotangent'); one made with ones would pass unjudged")
 
