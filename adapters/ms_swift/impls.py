@@ -141,6 +141,7 @@ def mask_readout(data, vjp=True, **stub):
         return _grad(loss, fm, lp)
     (r,) = torch.autograd.grad(loss, [fm], create_graph=True, allow_unused=True)
     if r is None:
+        current_cotangent(like=fm)      # read: with no path the VJP is zero for any cotangent
         return torch.zeros_like(fm), torch.zeros_like(lp)
     return r.detach(), _vjp(r, m, lp)
 

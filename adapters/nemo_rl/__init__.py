@@ -184,12 +184,12 @@ def _readout_vjp(loss, weight, lp, keep, wants):
     ``keep``: the elements of r that are compared (the others selected away)."""
     import torch
 
+    c = current_cotangent(like=weight)
     (r,) = torch.autograd.grad(loss, [weight], create_graph=wants, allow_unused=True)
     if r is None:
         r = torch.zeros_like(weight)
     if not wants:
         return r.detach(), None
-    c = current_cotangent(like=r)
     obj = torch.where(keep, r * c, torch.zeros((), dtype=r.dtype)).sum()
     g = torch.autograd.grad(obj, [lp], allow_unused=True)[0] if obj.requires_grad else None
     return r.detach(), (torch.zeros_like(lp) if g is None else g)

@@ -115,9 +115,11 @@ def _vjp_readout(loss, weight, m, target, scale=None):
     ``scale``: per-token factors that turn r into the output (TRL's sample-mean weight undone)."""
     import torch
 
-    (r,) = torch.autograd.grad(loss, [weight], create_graph=True)
+    c = current_cotangent(like=weight)      # read first: with no path the VJP is zero for any cotangent
+    (r,) = torch.autograd.grad(loss, [weight], create_graph=True, allow_unused=True)
+    if r is None:
+        r = torch.zeros_like(weight)
     out = r if scale is None else r * scale
-    c = current_cotangent(like=out)
     obj = torch.where(m, out * c, torch.zeros((), dtype=out.dtype)).sum()
     g = torch.autograd.grad(obj, [target], allow_unused=True)[0] if obj.requires_grad else None
     return out.detach(), (torch.zeros_like(target) if g is None else g)

@@ -136,10 +136,10 @@ def _vjp(loss, weight, m, target, keep_rows=None):
     """(r = d loss / d weight, the VJP sum c r of the readout r with the case's cotangent w.r.t. ``target``)."""
     import torch
 
+    c = current_cotangent(like=weight)      # read first: with no path the VJP is zero for any cotangent
     (r,) = torch.autograd.grad(loss, [weight], create_graph=True, allow_unused=True)
     if r is None:
         return torch.zeros_like(weight), torch.zeros_like(target)
-    c = current_cotangent(like=r)
     obj = torch.where(m, r * c, torch.zeros((), dtype=r.dtype)).sum()
     g = torch.autograd.grad(obj, [target], allow_unused=True)[0] if obj.requires_grad else None
     return r.detach(), (torch.zeros_like(target) if g is None else g)
@@ -157,7 +157,10 @@ def token_terms(data, kw, beta, vjp_of=None):
     out = torch.zeros(m.shape, dtype=lp.dtype, device=lp.device)
     rows, cols = m.nonzero(as_tuple=True)
     if rows.numel() == 0:
-        return out if vjp_of is None else (out, torch.zeros_like(vjp_of))
+        if vjp_of is None:
+            return out
+        current_cotangent(like=out)     # read: no unmasked token, so the VJP is zero for any cotangent
+        return out, torch.zeros_like(vjp_of)
     per = {k: (None if v is None else (v[rows] if v.dim() == 1 else v[rows, cols].unsqueeze(-1)))
            for k, v in data.items() if k != "mask"}
     per["logprobs"] = (lp.detach() if vjp_of is None else lp)[rows, cols].unsqueeze(-1)
