@@ -125,7 +125,8 @@ def _vjp(r, m, target):
 
     c = current_cotangent(like=r)
     obj = torch.where(m, r * c, torch.zeros((), dtype=r.dtype)).sum()
-    g = torch.autograd.grad(obj, [target], allow_unused=True)[0] if obj.requires_grad else None
+    g = torch.autograd.grad(obj, [target], allow_unused=True)[0] if obj.requires_grad and target.requires_grad \
+        else None
     return torch.zeros_like(target) if g is None else g
 
 
