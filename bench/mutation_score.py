@@ -17,6 +17,11 @@ Each mutant is the built-in torch backend with one automatic change to one of it
     dimension    dim=-1 <-> dim=0, .sum(-1) -> .sum(0), keepdim flipped
     denominator  a / b -> a / (b + 1)
     boolean      and <-> or, `not x` -> x
+    jacobian     f(x) -> sg[f(x)] + roll(f(x) - sg[f(x)]) for the torch functions of detach-added: the
+                 same values, the gradient of each element moved to the next one (flattened, cyclic):
+                 a per-token Jacobian that is a permutation, right in its column sums, so that only a
+                 non-uniform cotangent sees it.  Opt-in (``--kinds jacobian``): its sites come after
+                 all the others, so the default samples of every seed stay as they were reported.
 
 Each mutant runs in its own process (the mutated module is served by an import hook, so the
 repository is never written), bounded in time (--timeout) and memory (--memory-gb), against the
@@ -166,7 +171,31 @@ def sites(tree):
                         lambda n, new=new: setattr(n, "op", new())))
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             out.append((node, "boolean", "not x -> x", None))
+    for node in ast.walk(tree):     # the opt-in kinds last, so that every other site keeps its index
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _ELEMENTARY \
+                and _is_torch(node.func) and len(node.args) == 1 and not node.keywords \
+                and not _in_registry_lookup(node, parents):
+            out.append((node, "jacobian", f"torch.{node.func.attr}(x): gradient moved to the next element", None))
     return out, parents
+
+
+OPT_IN = frozenset({"jacobian"})
+
+
+def _gradient_rolled(call):
+    """``e.detach() + (e - e.detach()).flatten().roll(1).reshape(e.shape)`` for e = ``call``: the value
+    of e exactly (e - e.detach() is 0), d out[i] / d e[i - 1] = 1 in flattened order."""
+    import copy
+
+    def e():
+        return copy.deepcopy(call)
+
+    def attr(value, name, *args):
+        return ast.Call(ast.Attribute(value, name, ast.Load()), list(args), [])
+
+    moved = attr(attr(attr(ast.BinOp(e(), ast.Sub(), _detached(e())), "flatten"), "roll", ast.Constant(1)),
+                 "reshape", ast.Attribute(e(), "shape", ast.Load()))
+    return ast.BinOp(_detached(e()), ast.Add(), moved)
 
 
 _ELEMENTARY = ("exp", "log", "expm1", "log1p", "sigmoid", "tanh", "sqrt", "softplus")
@@ -220,18 +249,22 @@ def mutate(family: str, index: int) -> tuple[str, Mutant]:
         apply(node)
     elif kind == "detach":
         _Replace(node, node.func.value).visit(tree)
+    elif kind == "jacobian":
+        _Replace(node, _gradient_rolled(node)).visit(tree)
     else:  # not x -> x
         _Replace(node, node.operand).visit(tree)
     ast.fix_missing_locations(tree)
     return ast.unparse(tree), m
 
 
-def all_mutants() -> dict[str, list[Mutant]]:
+def all_mutants(opt_in: bool = False) -> dict[str, list[Mutant]]:
+    """Every file's mutants, by site index; the opt-in kinds (``OPT_IN``) only when asked."""
     out = {}
     for fam in FAMILIES:
         tree = ast.parse((TORCH / f"{fam}.py").read_text())
         found, _ = sites(tree)
-        out[fam] = [Mutant(fam, n.lineno, n.col_offset, k, t, i) for i, (n, k, t, _) in enumerate(found)]
+        out[fam] = [Mutant(fam, n.lineno, n.col_offset, k, t, i) for i, (n, k, t, _) in enumerate(found)
+                    if opt_in or k not in OPT_IN]
     return out
 
 
@@ -239,7 +272,7 @@ def sample(n: int, seed: int, kinds: set | None = None) -> list[Mutant]:
     """n mutants spread evenly over the ten files (round robin), each file's sites shuffled by seed
     (of the given ``kinds`` only, when given)."""
     rng = random.Random(seed)
-    pools = {f: rng.sample(ms, len(ms)) for f, ms in all_mutants().items()}
+    pools = {f: rng.sample(ms, len(ms)) for f, ms in all_mutants(opt_in=bool(kinds and kinds & OPT_IN)).items()}
     if kinds is not None:
         unknown = kinds - {m.kind for ms in pools.values() for m in ms}
         if unknown:
@@ -368,12 +401,13 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", default=[], metavar="KEY",
                     help="run only the mutants whose key contains KEY (repeatable), from all sites, e.g. to recheck survivors")
     ap.add_argument("--kinds", default=None, metavar="K1,K2",
-                    help="sample only mutants of these kinds (e.g. stop-gradient,detach-added,detach)")
+                    help="sample only mutants of these kinds (e.g. stop-gradient,detach-added,detach; "
+                         "jacobian is only sampled when named here)")
     ap.add_argument("--json", type=Path, default=None, help="also write every mutant's outcome as JSON")
     args = ap.parse_args(argv)
     total_sites = sum(len(v) for v in all_mutants().values())
     if args.only:
-        chosen = [m for ms in all_mutants().values() for m in ms if any(k in m.key for k in args.only)]
+        chosen = [m for ms in all_mutants(opt_in=True).values() for m in ms if any(k in m.key for k in args.only)]
     else:
         chosen = sample(args.mutants, args.seed, None if args.kinds is None else set(args.kinds.split(",")))
     print(f"{len(chosen)} mutants sampled (seed {args.seed}) from {total_sites} sites in {len(FAMILIES)} files")

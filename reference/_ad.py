@@ -456,8 +456,8 @@ def _out_scale(x, err):
     if isinstance(x, (list, tuple)):
         return [_out_scale(i, err) for i in x]
     if isinstance(x, Var):
-        if not x.parents:
-            return abs(x.value)
+        if not x.parents and x.source is None:
+            return abs(x.value)  # an exact input; an sg[x] (a source, no parents) carries x's error
         e = err(x)
         # mpf(float) is exact (53 bits, less than any working precision): built without mpf()'s dispatch
         return mp.make_mpf(from_float(e)) if type(e) is float and mp.prec >= 53 else mpf(e)

@@ -79,6 +79,27 @@ def test_a_leaf_outside_the_graph_has_scale_zero_even_with_another_graphs_index(
         assert grads[id(a)] == 0.0 and grads[id(b)] == _ad._error_scales_generic(b * b + 1, [b])[1][id(b)]
 
 
+def test_a_stopped_output_carries_its_sources_error_not_its_magnitude():
+    """An output that is sg[x] (no operands, a source) is not an exact input: its scale is x's
+    error, as it is inside a graph.  The fuzzer found kl.k3_unbiased's clamped value judged at
+    |value| (1.2e-4) instead of the error of the k3 it stops (1.016) with sg_ratio_where_clamped."""
+    with mp.workdps(60):
+        x = _ad.Var(mpf("0.015625"))
+        k3 = _ad.expm1(x) - x                    # cancels: E is that of e^x - 1, far above |k3|
+        out_plain = _ad.error_scales_of([(k3, [])])[0][0]
+        out_stopped = _ad.error_scales_of([(_ad.sg(k3), [])])[0][0]
+        assert out_stopped == out_plain > 100 * abs(float(k3.value))
+        assert _ad._error_scales_generic(_ad.sg(k3), [])[0] == out_plain
+        assert _ad.error_scales_of([(x, [])])[0][0] == abs(x.value)   # an input is still |value|
+
+
+def test_k3_unbiased_clamped_value_scale_does_not_depend_on_the_stop_gradient():
+    inputs = {"logprobs": [[-1 / 32]], "old_logprobs": [[-1 / 64]], "ref_logprobs": [[0.0]], "mask": [[True]]}
+    scales = [_evaluate.evaluate("kl.k3_unbiased", inputs, {"log_ratio_max": 1 / 64, "sg_ratio_where_clamped": sg},
+                                 with_scale=True)["scale"]["kl"][0][0] for sg in (True, False)]
+    assert scales[0] == scales[1] > 1
+
+
 @pytest.mark.parametrize("prec", [64, 203, 260])
 def test_expm1_equals_mpmaths_bit_for_bit(prec):
     import random
