@@ -491,10 +491,9 @@ def load_manifest(directory: Path = GOLDEN_DIR) -> dict:
         raise GoldenError(f"{e}; run `pgspec golden generate`") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise GoldenError(f"{path}: not valid JSON ({e}); golden files are only written by `pgspec golden generate`") from None
-    if isinstance(doc, dict):
-        _check_format(path, doc.get("format"))
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
         raise GoldenError(f"{path}: field 'files' (file name -> sha256) is missing or not an object")
+    _check_format(path, doc.get("format"))
     return doc
 
 
