@@ -3,10 +3,16 @@
 An adapter maps formula IDs to callables over torch tensors in one canonical layout: padded
 [B, T] tensors with a boolean ``mask``, per-sequence tensors of shape [B], parameters by their
 spec names.  Each callable returns a dict of output tensors named as the spec's outputs; the
-runner differentiates the spec's ``grad_of`` output itself (the sum of its unmasked elements), so
-a callable only has to be differentiable the way the framework is.  A callable may instead return
-``"grad"``: {input name: tensor} when the framework computes gradients its own way (a fused
-backward kernel, say).
+runner differentiates the spec's ``grad_of`` output itself, as the vector-Jacobian product with the
+case's cotangent c (the sum over its unmasked elements of c_i * out_i; spec/golden-format.md,
+"Cotangent"), so a callable only has to be differentiable the way the framework is.  A callable may
+instead return ``"grad"``: {input name: tensor} when the framework computes gradients its own way (a
+fused backward kernel, say).  That gradient must be the same VJP: for a scalar ``grad_of`` output
+(a loss) return the gradient of the output itself and the runner multiplies it by c (exact); for a
+per-token output read c with ``current_cotangent(like=output)`` (a tensor shaped like the output,
+ones when no caller set one) and return the VJP with it.  An own gradient of a per-token output
+returned without reading ``current_cotangent()`` is an error, never judged as the VJP of ones; an
+adapter that reads it for a scalar output returns the gradient already multiplied by c.
 
 What an adapter knows about its framework's differences from the spec lives in
 ``adapters/<name>/deviations.toml``: ``[[unsupported]]`` formulas, ``[[capability]]`` parameter
@@ -19,6 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar
+
+# the cotangent of the call in progress (documented above), set by pgspec around adapter.call; an
+# adapter that calls one of its own formulas for a read-out (not for the case's gradient) wraps that
+# call in ``with cotangent_context(None):`` so that the inner call sees ones
+from pgspec.conformance.judge.call import cotangent_context, current_cotangent  # noqa: F401
 
 
 class Unsupported(Exception):

@@ -322,27 +322,31 @@ def total(terms):
 # backward ------------------------------------------------------------------------------------
 
 def backward(output, cotangent=1, order=None):
-    """d output / d leaf for every Var reachable from ``output`` (a Var, or nested lists of them).
+    """d <cotangent, output> / d leaf for every Var reachable from ``output`` (a Var, or nested lists of them).
 
-    For a nested output the cotangent is one on every element, i.e. the gradient of the sum of the
-    outputs (the vector-Jacobian product with a ones vector, as ``y.backward(ones_like(y))``).
+    ``cotangent``: one number for every element (the default 1 gives the gradient of the sum of the
+    outputs, the vector-Jacobian product with a ones vector, as ``y.backward(ones_like(y))``), or
+    nested lists shaped like ``output``, one number per element: the vector-Jacobian product with
+    that vector (``y.backward(c)``).  Elements of ``output`` that are not Vars (constants, ``None`` at
+    a masked position) take no part, whatever their cotangent.
     Returns a dict from ``id(var)`` to its derivative (an mpf).
 
     ``order``: graph_order() of ``output`` and possibly more (evaluate() shares one with
     error_scales_of()); nodes that ``output`` does not depend on receive nothing and are skipped.
     """
-    roots = [v for v in _flatten(output) if isinstance(v, Var)]
-    if not roots:
+    seeds = _seeds(output, cotangent)
+    if not seeds:
         return {}
+    roots = [r for r, _ in seeds]
     # Visit nodes in reverse creation order: a node is created after every operand it depends on,
     # so this is a valid reverse topological order.
     if order is None:
         order = graph_order(roots)
     N = len(order)
     grads = [None] * N  # by position in order (node._i)
-    for r in roots:
+    for r, c in seeds:
         i = r._i
-        grads[i] = (0 if grads[i] is None else grads[i]) + cotangent
+        grads[i] = (0 if grads[i] is None else grads[i]) + c
     # A node's cotangent is the sum of its consumers' contributions.  They are collected and summed
     # exactly (mp.fsum, one rounding), so that 1 + 1e-87 - 1 gives 1e-87 whatever the order: two
     # paths through +x and -x must not wipe out a third, tiny one.
@@ -370,6 +374,29 @@ def backward(output, cotangent=1, order=None):
     return {id(n): (fsum(g) if type(g) is list else g) for n, g in zip(order, grads) if g is not None}
 
 
+def _seeds(output, cotangent):
+    """[(root Var, its cotangent)] for the Var elements of ``output``: ``cotangent`` is one number for
+    all, or nested lists shaped like ``output`` (a shape mismatch is a ValueError, never a broadcast)."""
+    flat = _flatten(output)
+    if isinstance(cotangent, (list, tuple)):
+        cs = _flatten(cotangent)
+        if len(cs) != len(flat) or _nest(output) != _nest(cotangent):
+            raise ValueError(f"the cotangent has shape {_nest(cotangent)}, the output {_nest(output)}")
+        return [(v, c) for v, c in zip(flat, cs) if isinstance(v, Var)]
+    return [(v, cotangent) for v in flat if isinstance(v, Var)]
+
+
+def _nest(x):
+    """The shape of nested lists (the first element's, level by level)."""
+    shape = []
+    while isinstance(x, (list, tuple)):
+        shape.append(len(x))
+        if not x:
+            break
+        x = x[0]
+    return shape
+
+
 def _order(n):
     return n.order
 
@@ -377,7 +404,7 @@ def _order(n):
 _ORDER = operator.attrgetter("order")  # _order, without a Python call per node
 
 
-def error_scales(output, leaves):
+def error_scales(output, leaves, cotangent=1):
     """The tolerance model's scale S (spec/tolerance.md): a first-order error bound, in units of u.
 
     Forward: E(y) = rounding(y) + sum over operands p of |dy/dp| E(p), with E = 0 at the inputs
@@ -388,18 +415,21 @@ def error_scales(output, leaves):
     Backward: the gradient of a leaf is a sum over paths of products of local derivatives; its
     scale is sum over paths of prod |d_e| * (1 + sum over inexact edges of (1 + E(n_e)/|n_e|)),
     which bounds the error of evaluating those derivatives from rounded values (the +-1 edges of
-    sums and differences are exact and add nothing).
+    sums and differences are exact and add nothing).  The backward pass starts from the cotangent
+    of ``backward()``: each output element's path weight is |c| of its cotangent c (c is exact: the
+    corpus's cotangents are bfloat16 numbers, so seeding with |c| adds no rounding of its own).
 
     Returns (scale of each output element as nested lists like ``output``, {id(leaf): scale}).
     """
-    return error_scales_of([(output, leaves)])[0]
+    return error_scales_of([(output, leaves, cotangent)])[0]
 
 
-def _error_scales_generic(output, leaves):
+def _error_scales_generic(output, leaves, cotangent=1):
     """error_scales() of one output by the plain definition (_scale_pass), in floats and, should a
     magnitude leave the float range, again in low-precision mpf.  error_scales_of() gives the same
     numbers faster; it falls back to this for an output whose float pass is not finite."""
-    roots = [v for v in _flatten(output) if isinstance(v, Var)]
+    seeds = _seeds(output, cotangent)
+    roots = [r for r, _ in seeds]
     nodes = {}
     stack = list(roots)
     while stack:
@@ -415,7 +445,7 @@ def _error_scales_generic(output, leaves):
     # magnitude leave the float range, the same pass runs again in low-precision mpf.
     for number in (float, lambda x: mpf(x)):
         with mp.workprec(64):
-            E, grad_scales = _scale_pass(order, nodes, roots, leaves, number)
+            E, grad_scales = _scale_pass(order, nodes, seeds, leaves, number)
         values = list(E.values()) + list(grad_scales.values())
         if number is not float or all(math.isfinite(v) for v in values):
             break
@@ -466,7 +496,8 @@ def graph_order(outputs):
 
 
 def error_scales_of(requests, order=None):
-    """error_scales(output, leaves) for each (output, leaves) of ``requests``, sharing the work.
+    """error_scales(output, leaves[, cotangent]) for each (output, leaves[, cotangent]) of ``requests``,
+    sharing the work.
 
     The numbers are those of _error_scales_generic(), bit for bit: the same float operations on the
     same operands in the same order.  What is shared is only what the generic pass recomputes: the
@@ -480,18 +511,19 @@ def error_scales_of(requests, order=None):
     alone by _error_scales_generic(), which decides between floats and mpf for that output as
     error_scales always has.
     """
-    roots_of = [[v for v in _flatten(out) if isinstance(v, Var)] for out, _ in requests]
+    requests = [(r[0], r[1], r[2] if len(r) > 2 else 1) for r in requests]
+    seeds_of = [_seeds(out, cot) for out, _, cot in requests]
     if order is None:
-        order = graph_order([r for roots in roots_of for r in roots])
+        order = graph_order([r for seeds in seeds_of for r, _ in seeds])
     finite = _float_errors(order)
     results = []
-    for (output, leaves), roots in zip(requests, roots_of):
+    for (output, leaves, cotangent), seeds in zip(requests, seeds_of):
         if finite:
-            grad_scales = _float_grad_scales(order, roots, leaves) if leaves else {}
+            grad_scales = _float_grad_scales(order, seeds, leaves) if leaves else {}
             if all(math.isfinite(v) for v in grad_scales.values()):
                 results.append((_out_scale(output, _e_of), grad_scales))
                 continue
-        results.append(_error_scales_generic(output, leaves))
+        results.append(_error_scales_generic(output, leaves, cotangent))
     return results
 
 
@@ -578,14 +610,15 @@ def _float_errors(order):
     return finite
 
 
-def _float_grad_scales(order, roots, leaves):
-    """The backward part of _scale_pass(number=float), after _float_errors(order)."""
+def _float_grad_scales(order, seeds, leaves):
+    """The backward part of _scale_pass(number=float), after _float_errors(order); ``seeds``: the
+    (root, cotangent) pairs of _seeds()."""
     N = len(order)
     A = [None] * N  # None: not reached from the roots
     C = [0.0] * N
-    for r in roots:
+    for r, c in seeds:
         i = r._i
-        A[i] = (0.0 if A[i] is None else A[i]) + 1
+        A[i] = (0.0 if A[i] is None else A[i]) + abs(float(c))
     for n in reversed(order):
         i = n._i
         a = A[i]
@@ -617,7 +650,7 @@ def _float_grad_scales(order, roots, leaves):
     return grad_scales
 
 
-def _scale_pass(order, nodes, roots, leaves, number):
+def _scale_pass(order, nodes, seeds, leaves, number):
     E = {}
     for n in order:
         if n.source is not None:
@@ -633,8 +666,8 @@ def _scale_pass(order, nodes, roots, leaves, number):
         v = abs(number(n.value))
         rel[k] = 1 + (E[k] / v if v != 0 else E[k])
     A, C = {}, {}
-    for r in roots:
-        A[id(r)] = A.get(id(r), number(0)) + 1
+    for r, c in seeds:
+        A[id(r)] = A.get(id(r), number(0)) + abs(number(c))  # the cotangent's |c|: exact
         C.setdefault(id(r), number(0))
     for n in reversed(order):
         a = A.get(id(n))

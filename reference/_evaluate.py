@@ -19,17 +19,23 @@ MAX_ELEMENTS = 1_000_000
 
 
 def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: int = DEFAULT_DPS,
-             with_scale: bool = False, progress=None):  # noqa: C901
+             with_scale: bool = False, cotangent=None, progress=None):  # noqa: C901
     """Evaluate formula ``formula_id`` on ``inputs`` with ``params`` at ``dps`` decimal digits.
 
     Returns a dict from each output name to an ``mpf`` (or a bool, an int, ``None`` at a masked
     position) or nested lists of them, plus ``"grad"``: a dict from each differentiable input
-    name to d(sum of the elements of output ``grad_of``)/d(input), nested like that input, with
-    exact zeros at masked positions.  Raises ``SpecError`` on any bad input.
+    name to the vector-Jacobian product d(sum over the unmasked elements i of output ``grad_of`` of
+    c_i * out_i)/d(input), nested like that input, with exact zeros at masked positions.
+    ``cotangent``: the c_i, one real number per element of the ``grad_of`` output, nested like it
+    (a single number for a scalar output), or a function of that output's shape (a list of sizes,
+    [] for a scalar; some outputs' sizes depend on the data) returning them; masked elements take no
+    part whatever their c_i.  None:
+    c_i = 1 for every element (the gradient of the sum).  The golden corpus draws c per case
+    (spec/golden-format.md, "Cotangent").  Raises ``SpecError`` on any bad input.
 
     With ``with_scale=True`` the result also has ``"scale"``: the tolerance model's scale S
     (spec/tolerance.md) of every output element, keyed by output name, and of every gradient
-    element, keyed ``"grad.<input>"``.
+    element, keyed ``"grad.<input>"`` (the backward pass's running error bound, seeded with |c_i|).
 
     ``progress``: None (the default) shows the evaluation's steps and the time elapsed on stderr when
     it is a terminal and an input has at least 100,000 elements (minutes of work); True shows them on
@@ -61,27 +67,55 @@ def evaluate(formula_id: str, inputs: dict, params: dict | None = None, *, dps: 
             raise AssertionError(f"{formula_id}: outputs {sorted(raw)} do not match the declaration")
         result = {name: _values(v) for name, v in raw.items()}
         grads = {}
+        cot = 1 if cotangent is None or not f.differentiable else _cotangent(f, raw[f.grad_of], cotangent)
         order = None
         if f.differentiable:
             step("the gradient")
             # one walk and sort of the graph of every output serves the gradient and the scales
             order = _ad.graph_order([raw[o.name] for o in f.outputs]) if with_scale else None
-            d = _ad.backward(raw[f.grad_of], order=order)
+            d = _ad.backward(raw[f.grad_of], cotangent=cot, order=order)
             for name, nested_leaves in leaves.items():
                 grads[name] = _collect(nested_leaves, d)
         result["grad"] = grads
         if with_scale:
             step("the error scales")
-            result["scale"] = _scales(f, raw, leaves, order)    # (without a gradient, the same walk, made there)
+            result["scale"] = _scales(f, raw, leaves, order, cot)    # (without a gradient, the same walk, made there)
     return result
 
 
-def _scales(f: Formula, raw: dict, leaves: dict, order=None) -> dict:
+def _cotangent(f: Formula, out, cotangent):
+    """The cotangent as mpf numbers nested like the ``grad_of`` output ``out``; a SpecError naming
+    'cotangent' when its shape differs or an element is not a finite real number."""
+    want = _ad._nest(out)
+    if callable(cotangent):
+        cotangent = cotangent(list(want))
+    got = _ad._nest(cotangent)
+    if want != got or len(_ad._flatten(cotangent)) != len(_ad._flatten(out)):
+        raise SpecError(f"{f.id}: cotangent must have the shape of output {f.grad_of!r}, {want}, got shape {got}")
+
+    def conv(x, path=()):
+        if isinstance(x, (list, tuple)):
+            return [conv(item, path + (k,)) for k, item in enumerate(x)]
+        where = "".join(f"[{i}]" for i in path)
+        if isinstance(x, bool) or not isinstance(x, (int, float, str, mpf)):
+            raise SpecError(f"{f.id}: cotangent{where} must be a real number, got {x!r}")
+        try:
+            v = mpf(x)
+        except (TypeError, ValueError):
+            raise SpecError(f"{f.id}: cotangent{where} must be a real number, got {x!r}") from None
+        if not mp.isfinite(v):
+            raise SpecError(f"{f.id}: cotangent{where} must be finite, got {x!r}")
+        return v
+
+    return conv(cotangent)
+
+
+def _scales(f: Formula, raw: dict, leaves: dict, order=None, cot=1) -> dict:
     scales = {}
     all_leaves = [leaf for nested in leaves.values() for leaf in _ad._flatten(nested) if leaf is not None]
     # all outputs at once: they share one walk of the graph and one forward error pass
-    results = _ad.error_scales_of([(raw[o.name], all_leaves if o.name == f.grad_of else []) for o in f.outputs],
-                                  order)
+    results = _ad.error_scales_of([(raw[o.name], all_leaves, cot) if o.name == f.grad_of else (raw[o.name], [])
+                                   for o in f.outputs], order)
     for o, (out_scale, grad_scale) in zip(f.outputs, results):
         scales[o.name] = out_scale
         if o.name == f.grad_of:

@@ -368,8 +368,8 @@ CORRUPTIONS = {
                        "kl.json: cases/0 (case 'kl.k1/on-reference') field grad: ['mask'] are not differentiable", ""),
     "id-of-another-formula": (lambda d: _edit(d, lambda doc: doc["cases"][0].update(id="kl.k2/x")),
                               "kl.json: cases/0 (case 'kl.k2/x') field id: must start with the formula ID 'kl.k1'", ""),
-    "bad-format": (lambda d: _edit(d, lambda doc: doc.update(format="pgspec-golden/2")),
-                   "kl.json: does not match schema.json at field format: 'pgspec-golden/1' was expected", ""),
+    "bad-format": (lambda d: _edit(d, lambda doc: doc.update(format="pgspec-golden/3")),
+                   "kl.json: field format is 'pgspec-golden/3'; this pgspec reads 'pgspec-golden/2'", ""),
 }
 
 

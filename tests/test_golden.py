@@ -78,7 +78,8 @@ def test_stored_outputs_are_correct_to_35_digits_at_higher_precision():
                 evaluate(case["formula"], golden.case_inputs(case), case["params"], dps=100)
             assert case["expect_error"]["argument"] in str(rejected.value), case["id"]
             continue
-        hi = evaluate(case["formula"], golden.case_inputs(case), case["params"], dps=100)
+        hi = evaluate(case["formula"], golden.case_inputs(case), case["params"], dps=100,
+                      cotangent=golden.case_cotangent(case))
         with mp.workdps(100):
             pairs = [(case["outputs"][k], hi[k]) for k in case["outputs"]]
             pairs += [(case["grad"][k], hi["grad"][k]) for k in case["grad"]]

@@ -2,8 +2,9 @@
 
 The generator of scale-case inputs and the stored positions are implemented here from the text of
 the spec alone, in plain Python (no numpy, nothing from pgspec), and must reproduce the corpus bit
-for bit: the inputs the project's generator makes, the stored ``positions`` lists, and stored
-outputs recomputed from the reproduced inputs. The parameter rule (a JSON number is its binary64
+for bit: the inputs the project's generator makes, the stored ``positions`` lists, stored outputs
+recomputed from the reproduced inputs, and every stored cotangent (``pgspec-cotangent/1``).  A
+version 1 corpus is refused, naming the version. The parameter rule (a JSON number is its binary64
 value, a decimal string its decimal) is checked against a stored case.
 """
 
@@ -235,3 +236,128 @@ def test_decimal_string_parameter_is_its_decimal():
     assert mp.nstr(as_float["seq_weight"][0], 40) == case["outputs"]["seq_weight"][0]
     assert mp.nstr(as_decimal["seq_weight"][0], 40) == "1.2"
     assert not math.isclose(0.0, float(as_float["seq_weight"][0] - as_decimal["seq_weight"][0]))
+
+
+# ---- the cotangent (pgspec-cotangent/1), transcribed from the spec's text -----------------------
+
+def cot_seed(case_id):
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(case_id.encode("utf-8")).digest()[:8], "big")
+
+
+def cot_c(v):
+    return (1 + v / 8) if v < 8 else -(1 + (v - 8) / 8)
+
+
+def cotangent(seed, shape):
+    g = Gen(seed)
+
+    def build(dims):
+        if not dims:
+            return cot_c(g.below(16))
+        return [build(dims[1:]) for _ in range(dims[0])]
+
+    return build(list(shape))
+
+
+def _shape(x):
+    shape = []
+    while isinstance(x, list):
+        shape.append(len(x))
+        if not x:
+            break
+        x = x[0]
+    return shape
+
+
+def _as_floats(x):
+    return [_as_floats(v) for v in x] if isinstance(x, list) else float(x)
+
+
+def test_the_text_reproduces_every_stored_cotangent():
+    stored = [c for c in CASES.values() if "cotangent" in c]
+    assert len(stored) > 1000
+    for case in stored:
+        c = case["cotangent"]
+        if isinstance(c, dict):
+            recipe = c["$generate"]
+            assert recipe["generator"] == "pgspec-cotangent/1"
+            assert int(recipe["seed"], 16) == cot_seed(case["id"]), case["id"]
+            assert recipe["seed"] == f"0x{cot_seed(case['id']):016x}"
+        else:
+            assert _as_floats(c) == cotangent(cot_seed(case["id"]), _shape(c)), case["id"]
+
+
+def test_the_text_reproduces_the_generator_on_a_scale_recipe():
+    from pgspec.conformance.corpus.generator import cotangent_recipe
+
+    case = CASES["ratio.token/scale-8192"]
+    recipe = case["cotangent"]["$generate"]
+    assert recipe["shape"] == [recipe_B := case["inputs"]["$generate"]["B"], case["inputs"]["$generate"]["T"]]
+    assert recipe_B >= 1
+    mine = cotangent(int(recipe["seed"], 16), recipe["shape"])
+    assert _bits(mine) == _bits(cotangent_recipe(recipe))
+
+
+def test_the_spec_example_follows_from_the_text():
+    """The worked example in spec/golden-format.md ("Cotangent"): the seed, the draws and the lists."""
+    import re
+
+    text = (GOLDEN.parents[1] / "spec" / "golden-format.md").read_text()
+    section = text[text.index("## Cotangent"):text.index("## Migrating from version 1")]
+    seed = cot_seed("ratio.token/two-tokens")
+    assert f"seed `0x{seed:016x}`" in section and f"sha256 `{seed:016x}"[:17] in section
+    draws = re.search(r"draws `below\(16\)` are ([0-9, ]+),", section).group(1)
+    g = Gen(seed)
+    assert [int(d) for d in draws.split(",")] == [g.below(16) for _ in draws.split(",")]
+    assert _as_floats(CASES["ratio.token/two-tokens"]["cotangent"]) == cotangent(seed, [1, 2])
+    assert "`[[-1.125, -1.625, -1.375], [-1.5, 1.75, 1.25]]`" in section
+    assert cotangent(seed, [2, 3]) == [[-1.125, -1.625, -1.375], [-1.5, 1.75, 1.25]]
+
+
+def test_other_readings_of_the_cotangent_do_not_reproduce_the_corpus():
+    """The comparison above can fail: a little-endian seed, or the sign from the low bit, give other
+    values than the stored ones."""
+    case = CASES["ratio.token/two-tokens"]
+    stored = _as_floats(case["cotangent"])
+    import hashlib
+
+    little = int.from_bytes(hashlib.sha256(case["id"].encode()).digest()[:8], "little")
+    assert cotangent(little, [1, 2]) != stored
+    g = Gen(cot_seed(case["id"]))
+    low_bit_sign = [[(1 + (v >> 1) / 8) * (-1 if v & 1 else 1) for v in (g.below(16), g.below(16))]]
+    assert low_bit_sign != stored
+
+
+# ---- version 1 is refused, naming the version ---------------------------------------------------
+
+def test_a_version_1_corpus_is_refused_naming_the_version(tmp_path):
+    import hashlib
+    import shutil
+
+    from pgspec.conformance.corpus import golden
+
+    for name in ("MANIFEST", "ratio.json", "schema.json"):
+        shutil.copy(GOLDEN / name, tmp_path / name)
+    manifest = json.loads((tmp_path / "MANIFEST").read_text())
+    manifest["format"] = "pgspec-golden/1"
+    (tmp_path / "MANIFEST").write_text(json.dumps(manifest))
+    with pytest.raises(golden.GoldenError, match=r"'pgspec-golden/1'.*'pgspec-golden/2'"):
+        golden.load_manifest(tmp_path)
+    # a family file of version 1 under a version 2 MANIFEST (its checksum right): refused too
+    doc = json.loads((GOLDEN / "ratio.json").read_text())
+    doc["format"] = "pgspec-golden/1"
+    data = json.dumps(doc).encode()
+    (tmp_path / "ratio.json").write_bytes(data)
+    manifest["format"] = "pgspec-golden/2"
+    manifest["files"] = {"ratio.json": hashlib.sha256(data).hexdigest()}
+    (tmp_path / "MANIFEST").write_text(json.dumps(manifest))
+    golden._PARSED.clear()
+    with pytest.raises(golden.GoldenError, match=r"ratio.json: format 'pgspec-golden/1' is not read.*version 1"):
+        golden.load_family("ratio", tmp_path)
+    golden._PARSED.clear()
+    # the file as generated loads
+    (tmp_path / "ratio.json").write_bytes((GOLDEN / "ratio.json").read_bytes())
+    shutil.copy(GOLDEN / "MANIFEST", tmp_path / "MANIFEST")
+    assert golden.load_family("ratio", tmp_path)["format"] == "pgspec-golden/2"

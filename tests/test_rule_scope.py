@@ -16,6 +16,9 @@ LINK = "https://example.org/fw/blob/v1/loss.py#L1"
 CASES = runner.select_cases("kl.k1/empty-sequence")     # values and gradient non-zero, one row empty
 
 
+from pgspec.adapters.base import current_cotangent  # noqa: E402
+
+
 def _adapter(spoil_value=1.0, spoil_grad=1.0, raise_with=None, rules=()):
     good = runner.load_adapter("torch").implementations["kl.k1"]
 
@@ -24,7 +27,8 @@ def _adapter(spoil_value=1.0, spoil_grad=1.0, raise_with=None, rules=()):
             raise raise_with
         out = good(inputs, params)
         kl = out["kl"].detach()
-        g, = torch.autograd.grad(out["kl"][inputs["mask"]].sum(), inputs["logprobs"])
+        c = current_cotangent(like=out["kl"])     # its own gradient: the VJP with the case's cotangent
+        g, = torch.autograd.grad((out["kl"] * c)[inputs["mask"]].sum(), inputs["logprobs"])
         return {"kl": kl * spoil_value, "grad": {"logprobs": g * spoil_grad}}
 
     a = Adapter("scoped", "test", "0", implementations={"kl.k1": impl})

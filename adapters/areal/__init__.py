@@ -44,7 +44,7 @@ import math
 import os
 from pathlib import Path
 
-from ..base import Adapter, load_deviations, spec_param
+from ..base import Adapter, current_cotangent, load_deviations, spec_param
 from pgspec.adapters.base import Unsupported as _PropertyUnsupported
 
 FRAMEWORK = "AReaL"
@@ -157,13 +157,18 @@ def _n0(mask):
 
 
 def _grad_of_token_sum(loss, n0, x):
-    """d(sum of unmasked per-token losses)/dx from AReaL's scalar sum/N0, seeded with N0."""
+    """The VJP of the per-token losses with the case's cotangent c (pgspec.adapters.base.current_cotangent)
+    w.r.t. x, from AReaL's scalar sum/N0: its gradient seeded with N0 is d(sum of unmasked per-token
+    losses)/dx, and at token level AReaL computes each token's loss from that token's log-prob alone
+    (elementwise: exp(l_t - l_old_t), its clamp, max/min with the token's advantage, or SAPO's gate), so
+    the Jacobian is diagonal and the VJP is c_t times that gradient at each token."""
     import torch
 
     if not loss.requires_grad:  # called under torch.no_grad() (the finite-difference objective)
         return None
     (g,) = torch.autograd.grad(loss, [x], grad_outputs=torch.full_like(loss, float(n0)), allow_unused=True)
-    return torch.zeros_like(x) if g is None else g
+    g = torch.zeros_like(x) if g is None else g
+    return g * current_cotangent(like=g)
 
 
 def _with_grad(out, name, g):
@@ -208,6 +213,7 @@ def surrogate_gspo(inputs, params):
         _unsupported(fid, "surrogate.gspo takes one advantage per sequence")
     B, T = lp.shape
     values, total = [], None
+    c = current_cotangent(like=lp.new_zeros((B,)))
     for i in range(B):
         row_lp, row_old, row_m = lp[i:i + 1], old[i:i + 1], m[i:i + 1]
         loss, stat = ppo_actor_loss_fn(
@@ -222,7 +228,9 @@ def surrogate_gspo(inputs, params):
             values.append(stat["loss"][0, first])
         else:
             values.append(loss.detach())
-        total = loss if total is None else total + loss
+        # the VJP with the cotangent (one value per sequence): the rows' losses weighted by c_i
+        weighted = loss * c[i]
+        total = weighted if total is None else total + weighted
     value = torch.stack(values) if values else lp.new_zeros((0,))
     grad = torch.zeros_like(lp)
     if total is not None:

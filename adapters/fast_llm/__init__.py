@@ -30,7 +30,7 @@ from pathlib import Path
 from pgspec.adapters.base import Unsupported as _PropertyUnsupported
 
 from .._gitsource import Revision, SourceAdapter, source_env
-from ..base import load_deviations, spec_param
+from ..base import current_cotangent, load_deviations, spec_param
 from . import loader
 
 FRAMEWORK = "Fast-LLM"
@@ -161,7 +161,9 @@ def surrogate_gspo_document(inputs, params):
     """GSPO over packed documents: the case's rows and document ids go to Fast-LLM's GSPO kernel as
     they are (ids renumbered 0..K-1 in increasing order, as Fast-LLM's 0-based document index).
     ``weighted_loss[s]`` (N_s l_s) is the kernel's loss with only document s labelled; the gradient is
-    the kernel's hand-written one with every document labelled (divisor 1: the sum over documents)."""
+    the VJP with the case's cotangent c (pgspec.adapters.base.current_cotangent, one value per
+    document): the sum over documents of the kernel's hand-written gradient with only document s
+    labelled and ``grad_output`` c_s (divisor 1)."""
     import torch
 
     fid = "surrogate.gspo_document"
@@ -178,11 +180,15 @@ def surrogate_gspo_document(inputs, params):
     lo, hi = _param(params, fid, "eps_low"), _param(params, fid, "eps_high")
     logits = _logits(lp)
     weighted = []
+    c = current_cotangent(like=torch.zeros(len(seg), dtype=torch.float64))
+    grad_logits = None
     for k in range(len(seg)):
         only = torch.where(m & (docs == k), target, torch.full_like(target, -100))
-        loss_k, _ = loader.gspo_packed(mods, logits, only, adv, old, docs, n_per_tok, len(seg) or 1, lo, hi, False)
+        loss_k, grad_k = loader.gspo_packed(mods, logits, only, adv, old, docs, n_per_tok, len(seg) or 1, lo, hi,
+                                            float(c[k]))
         weighted.append(loss_k.reshape(()))
-    _, grad_logits = loader.gspo_packed(mods, logits, target, adv, old, docs, n_per_tok, len(seg) or 1, lo, hi, True)
+        if grad_k is not None:
+            grad_logits = grad_k if grad_logits is None else grad_logits + grad_k
     g = _to_lp(grad_logits, lp) if grad_logits is not None else torch.zeros_like(lp)
     out = torch.stack(weighted).to(lp.dtype) if weighted else torch.zeros(0, dtype=lp.dtype)
     return {"weighted_loss": out, "grad": {"logprobs": torch.where(m, g, torch.zeros_like(g))}}

@@ -127,8 +127,9 @@ def gspo_packed(mods, logits, target, adv, old, docs, n_per_tok, num_docs, lo, h
     """(loss, grad_logits) of Fast-LLM's GSPO kernel over packed rows: ``docs`` holds each token's
     0-based document index (documents may span rows), ``n_per_tok`` its document's labelled-token
     count; divisor 1, so the loss is Fast-LLM's undivided sum over documents of n_s times the
-    document loss.  ``grad``: whether to ask for the hand-written gradient."""
-    g = 1.0 if grad else None
+    document loss.  ``grad``: whether to ask for the hand-written gradient (True: of the loss; a number:
+    of that number times the loss, Fast-LLM's ``grad_output``)."""
+    g = (1.0 if grad is True else float(grad)) if grad is not False and grad is not None else None
     if mods["revision"] == "main":
         loss, grad_logits, _ = mods["pg"].fused_gspo_loss_forward_backward(
             logits, target, adv, old, docs, num_docs, divisor=1.0, num_labels_in_seq=n_per_tok,

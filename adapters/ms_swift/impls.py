@@ -15,7 +15,7 @@ with autograd, never recomputed:
 
 from __future__ import annotations
 
-from pgspec.adapters.base import spec_param
+from pgspec.adapters.base import current_cotangent, spec_param
 
 from ._engine import UnsupportedParameter, compute_loss, make_stub, trainer_class
 
@@ -117,21 +117,50 @@ def _data(inputs):
                 sampler_logprobs=mu, entropy=ent)
 
 
-def mask_readout(data, **stub):
-    """(per-token loss = d loss / d completion_mask, d loss / d logprobs) of one dapo-normalized call, N = 1."""
+def _vjp(r, m, target):
+    """The VJP sum_t c_t r_t of a per-token readout r (made with create_graph) with the case's cotangent c
+    (pgspec.adapters.base.current_cotangent) w.r.t. ``target``: the readout differentiated again, through
+    ms-swift's own forward (its loss is linear in the weight the readout is taken of)."""
+    import torch
+
+    c = current_cotangent(like=r)
+    obj = torch.where(m, r * c, torch.zeros((), dtype=r.dtype)).sum()
+    g = torch.autograd.grad(obj, [target], allow_unused=True)[0] if obj.requires_grad and target.requires_grad \
+        else None
+    return torch.zeros_like(target) if g is None else g
+
+
+def mask_readout(data, vjp=True, **stub):
+    """(per-token loss = d loss / d completion_mask, its VJP with the case's cotangent w.r.t. the logprobs) of
+    one dapo-normalized call, N = 1; with ``vjp=False`` d loss / d logprobs itself (a weight's readout)."""
+    import torch
+
     lp, m = data["logprobs"], data["mask"]
     fm = m.to(lp.dtype).requires_grad_(True)
     loss, _ = compute_loss(make_stub(**stub), **data, num_items_in_batch=1, completion_mask=fm)
-    return _grad(loss, fm, lp)
+    if not vjp:
+        return _grad(loss, fm, lp)
+    (r,) = torch.autograd.grad(loss, [fm], create_graph=True, allow_unused=True)
+    if r is None:
+        current_cotangent(like=fm)      # read: with no path the VJP is zero for any cotangent
+        return torch.zeros_like(fm), torch.zeros_like(lp)
+    return r.detach(), _vjp(r, m, lp)
 
 
-def euler_readout(data, scale, **stub):
-    """The per-token policy loss A * d loss / d A times ``scale`` (the normalizer's inverse), and d loss / d lp."""
+def euler_readout(data, scale, vjp=True, **stub):
+    """The per-token policy loss A * d loss / d A times ``scale`` (the normalizer's inverse), and its VJP with
+    the case's cotangent w.r.t. the logprobs (``vjp=False``: d loss / d logprobs, for a read-out only)."""
+    import torch
+
     a = data["advantages"].requires_grad_(True)
     lp = data["logprobs"]
     loss, _ = compute_loss(make_stub(**stub), **dict(data, advantages=a), num_items_in_batch=1)
-    g_a, g_lp = _grad(loss, a, lp)
-    return (a * g_a * scale).detach(), g_lp
+    if not vjp:
+        g_a, g_lp = _grad(loss, a, lp)
+        return (a * g_a * scale).detach(), g_lp
+    (g_a,) = torch.autograd.grad(loss, [a], create_graph=True)
+    r = a * g_a * scale
+    return r.detach(), _vjp(r, data["mask"], lp)
 
 
 def _sample_mean_scale(m, dtype):
@@ -173,7 +202,7 @@ def cispo(inputs, params):
     loss, g = mask_readout(_data(inputs), **stub)
     data = _data(inputs)
     data["advantages"] = -torch.ones_like(data["advantages"])
-    _, w = mask_readout(data, **stub)   # with A = -1 the loss is w * l: d loss / d l = w
+    _, w = mask_readout(data, vjp=False, **stub)   # with A = -1 the loss is w * l: d loss / d l = w
     return {"loss": loss, "weight": _back(inputs, w), "grad": {"logprobs": _back(inputs, g)}}
 
 
@@ -184,7 +213,7 @@ def sapo(inputs, params):
     scale = _sample_mean_scale(data["mask"], data["logprobs"].dtype)
     loss, g = euler_readout(data, scale, loss_type="sapo", tau_pos=_p(params, fid, "tau_pos"),
                             tau_neg=_p(params, fid, "tau_neg"))
-    return {"loss": loss, "grad": {"logprobs": _back(inputs, g * scale)}}
+    return {"loss": loss, "grad": {"logprobs": _back(inputs, g)}}
 
 
 def gspo(inputs, params):
@@ -205,10 +234,20 @@ def gspo(inputs, params):
         loss_i, _ = compute_loss(make_stub(loss_type="grpo", level="sequence", **eps), **one)
         rows.append(loss_i.detach())
     seq = torch.stack(rows)
-    # gradient: GSPO as ms-swift runs it (loss_type grpo, sequence level): (1/B) sum_i loss_i, times B
-    loss, _ = compute_loss(make_stub(loss_type="grpo", level="sequence", **eps), **data)
-    (g,) = _grad(loss, data["logprobs"])
-    return {"loss": seq, "grad": {"logprobs": _back(inputs, g * m.shape[0])}}
+    # gradient: GSPO as ms-swift runs it (loss_type grpo, sequence level), whose loss (1/B) sum_i loss_i treats
+    # the rows independently: the VJP with the cotangent c (one per sequence) is sum_i c_i d loss_i, each row's
+    # gradient from a call on that row alone (B = 1)
+    c = current_cotangent(like=seq)
+    g = torch.zeros_like(data["logprobs"])
+    for i in range(m.shape[0]):
+        if not bool(m[i].any()):
+            continue
+        one = {k: (None if v is None else v[i:i + 1]) for k, v in data.items()}
+        loss_i, _ = compute_loss(make_stub(loss_type="grpo", level="sequence", **eps), **one)
+        g_i = torch.autograd.grad(loss_i, [data["logprobs"]], retain_graph=True, allow_unused=True)[0]
+        if g_i is not None:
+            g = g + g_i * c[i]
+    return {"loss": seq, "grad": {"logprobs": _back(inputs, g)}}
 
 
 # ---------------------------------------------------------------------------------------------- kl

@@ -78,15 +78,15 @@ def _loss(fid):
         d = dict(data, logprobs=data["logprobs"].detach())
         if kw["level"] == "token" and kw["loss_type"] != "sapo":
             rt = "cispo" if kw["loss_type"] == "cispo" else "dapo"
-            terms, _ = mask_readout(d, **dict(kw, loss_type=rt))
+            terms, _ = mask_readout(d, vjp=False, **dict(kw, loss_type=rt))
             return {"loss": loss, "terms": terms.detach()}
         # the policy part by Euler's identity (linear in A), then the KL part with A = 0
         scale = _sample_mean_scale(d["mask"], d["logprobs"].dtype) if kw["loss_type"] == "sapo" else 1
         rt = "sapo" if kw["loss_type"] == "sapo" else "dapo"
-        terms, _ = euler_readout(dict(d), scale, **dict(kw, loss_type=rt, beta=0.0))
+        terms, _ = euler_readout(dict(d), scale, vjp=False, **dict(kw, loss_type=rt, beta=0.0))
         if kw["beta"] != 0:
             zero = dict(d, advantages=torch.zeros_like(d["advantages"]))
-            kl, _ = mask_readout(zero, **dict(kw, loss_type="cispo", level="token", eps_high=1.0))
+            kl, _ = mask_readout(zero, vjp=False, **dict(kw, loss_type="cispo", level="token", eps_high=1.0))
             terms = terms + kl
         return {"loss": loss, "terms": terms.detach()}
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._gitsource import Revision, SourceAdapter, check_source, source_env
-from ..base import load_deviations, spec_param
+from ..base import current_cotangent, load_deviations, spec_param
 from . import loader
 
 FRAMEWORK = "NeMo-RL"
@@ -176,8 +176,28 @@ def _run_loss(fn, lp, old, mask, adv, *, gen=None, ref=None, valid_seqs, valid_t
     return loss, token_mask, sample_mask
 
 
+def _readout_vjp(loss, weight, lp, keep, wants):
+    """(r = d loss / d weight, the VJP sum_k c_k r_k of r with the case's cotangent c
+    (pgspec.adapters.base.current_cotangent) w.r.t. lp, or None unless ``wants``).  NeMo-RL's loss is
+    linear in its token-mask (or sample-mask) weight, so r is the per-token (per-sample) loss; its VJP
+    is formed by differentiating the readout again (create_graph) through NeMo-RL's own forward;
+    ``keep``: the elements of r that are compared (the others selected away)."""
+    import torch
+
+    c = current_cotangent(like=weight)
+    (r,) = torch.autograd.grad(loss, [weight], create_graph=wants, allow_unused=True)
+    if r is None:
+        r = torch.zeros_like(weight)
+    if not wants:
+        return r.detach(), None
+    obj = torch.where(keep, r * c, torch.zeros((), dtype=r.dtype)).sum()
+    g = torch.autograd.grad(obj, [lp], allow_unused=True)[0] if obj.requires_grad else None
+    return r.detach(), (torch.zeros_like(lp) if g is None else g)
+
+
 def _per_token(fn, lp, old, mask, adv, *, gen=None, ref=None, want_lp_grad=True):
-    """Per-token terms as d(loss)/d(token-mask weight) with D = 1, and d(loss)/d(lp)."""
+    """Per-token terms as d(loss)/d(token-mask weight) with D = 1, and their VJP with the case's
+    cotangent w.r.t. lp."""
     import torch
 
     with torch.enable_grad():
@@ -186,13 +206,7 @@ def _per_token(fn, lp, old, mask, adv, *, gen=None, ref=None, want_lp_grad=True)
                                 mask_grad=True)
         if not loss.requires_grad:
             return torch.zeros_like(lp), None
-        inputs = [tm, lp] if wants else [tm]
-        grads = torch.autograd.grad(loss, inputs, allow_unused=True)
-    terms = grads[0] if grads[0] is not None else torch.zeros_like(tm)
-    g = None
-    if wants:
-        g = grads[1] if grads[1] is not None else torch.zeros_like(lp)
-    return terms, g
+        return _readout_vjp(loss, tm, lp, mask, wants)
 
 
 def _with_grad(out, name, g):
@@ -248,10 +262,10 @@ def surrogate_gspo(inputs, params):
     with torch.enable_grad():
         loss, _, sm = _run_loss(fn, lp, old, m, adv, valid_seqs=1.0, valid_toks=1.0, sample_grad=True)
         wants = lp.requires_grad
-        grads = torch.autograd.grad(loss, [sm, lp] if wants else [sm], allow_unused=True)
-    out = {"loss": grads[0]}
+        value, g = _readout_vjp(loss, sm, lp, torch.ones_like(sm, dtype=torch.bool), wants)
+    out = {"loss": value}
     if wants:
-        out["grad"] = {"logprobs": grads[1] if grads[1] is not None else torch.zeros_like(lp)}
+        out["grad"] = {"logprobs": g}
     return out
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from ..base import Adapter, load_deviations
+from ..base import Adapter, current_cotangent, load_deviations
 
 NAME = "skyrl"
 DIST = "skyrl-train"
@@ -315,7 +315,9 @@ def _kl(estimator):
                                       kl_estimator_type=estimator)
         if kl.requires_grad or not logprobs.requires_grad:
             return {"kl": kl}
-        # @torch.no_grad(): SkyRL's KL term contributes no gradient (#1340); report it as such
+        # @torch.no_grad(): SkyRL's KL term contributes no gradient (#1340); report it as such: zero is the
+        # VJP with any cotangent (read, so that pgspec knows the gradient is the VJP it judges)
+        current_cotangent(like=kl)
         return {"kl": kl, "grad": {"logprobs": torch.zeros_like(logprobs)}}
 
     return run

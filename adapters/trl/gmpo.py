@@ -4,10 +4,13 @@
 geometric mean over the (entropy-masked) tokens, ``-coef * A`` per sequence, an optional sequence-mean k3 KL, and
 a plain mean over the B rows.  It has no OPSM, no vLLM IS multiply and no KL bias correction.  Its scalar is a
 mean over rows, so the per-sequence loss of ``surrogate.gmpo`` is read by calling TRL on one row at a time (B = 1:
-the returned scalar is that row's loss, its gradient that row's gradient).
+the returned scalar is that row's loss, its gradient that row's gradient); the gradient returned is the VJP with the
+case's cotangent, sum_i c_i (row i's gradient).
 """
 
 from __future__ import annotations
+
+from pgspec.adapters.base import cotangent_context, current_cotangent
 
 from ._engine import UnsupportedParameter, compute_loss, make_stub
 from .impls import _adv, _canon, _p, _require
@@ -36,13 +39,14 @@ def surrogate_gmpo(inputs, params):
     stub = make_stub(loss_type="grpo", eps_low=_p(params, fid, "eps_low"), eps_high=_p(params, fid, "eps_high"),
                      trainer_cls=_trainer_cls())
     losses, grads = [], []
+    c = current_cotangent(like=torch.zeros(m.shape[0], dtype=lp.dtype))   # one per sequence: the VJP's weights
     for i in range(m.shape[0]):
         row = slice(i, i + 1)
         loss = compute_loss(stub, logprobs=lp[row], mask=m[row], advantages=adv[row], old_logprobs=old[row])
         # the rows share the zero-filled input's graph, so keep it for the next row
         g = torch.autograd.grad(loss, inputs["logprobs"], retain_graph=True, allow_unused=True)[0]
         losses.append(loss.detach())
-        grads.append(g)
+        grads.append(None if g is None else g * c[i])
     value = torch.stack(losses) if losses else torch.zeros(0, dtype=lp.dtype)
     grad = sum((torch.zeros_like(inputs["logprobs"]) if g is None else g) for g in grads) if grads else \
         torch.zeros_like(inputs["logprobs"])
@@ -76,8 +80,10 @@ def loss_gmpo(inputs, params):
         # geometric mean, so there is no per-token read-out of what it computes
         return {"loss": loss}
     # terms: the sequence loss broadcast to its tokens, read by calling TRL on one row at a time (B = 1)
-    seq = surrogate_gmpo(dict(inputs, logprobs=inputs["logprobs"].detach().requires_grad_(True)),
-                         {k: v for k, v in params.items() if k in ("eps_low", "eps_high")})["loss"]
+    # (a value read-out, not this case's gradient: the call sees no cotangent, ones)
+    with cotangent_context(None):
+        seq = surrogate_gmpo(dict(inputs, logprobs=inputs["logprobs"].detach().requires_grad_(True)),
+                             {k: v for k, v in params.items() if k in ("eps_low", "eps_high")})["loss"]
     terms = torch.where(m, seq.to(lp.dtype).unsqueeze(-1).expand(m.shape), torch.zeros((), dtype=lp.dtype))
     return {"loss": loss, "terms": terms}
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pgspec.reference import REGISTRY
 
+from pgspec.adapters.base import current_cotangent
+
 from ._engine import UnsupportedParameter, compute_loss, make_stub
 
 # spec parameter -> TRL configuration name, per formula ID (README.md has the same table)
@@ -105,9 +107,28 @@ def _grad(loss, *tensors):
 # ---------------------------------------------------------------------------------------------- surrogate
 
 
-def _dapo_readout(inputs, stub, **extra):
+def _vjp_readout(loss, weight, m, target, scale=None):
+    """(per-token readout r = d loss / d weight, the VJP sum_t c_t r_t of r with the call's cotangent
+    (pgspec.adapters.base.current_cotangent) with respect to ``target``).  TRL's loss is linear in the
+    per-token ``weight`` (its completion mask, or its IS ratio), so r is the per-token loss TRL sums;
+    its VJP is formed by differentiating the readout again (create_graph), through TRL's own forward.
+    ``scale``: per-token factors that turn r into the output (TRL's sample-mean weight undone)."""
+    import torch
+
+    c = current_cotangent(like=weight)      # read first: with no path the VJP is zero for any cotangent
+    (r,) = torch.autograd.grad(loss, [weight], create_graph=True, allow_unused=True)
+    if r is None:
+        r = torch.zeros_like(weight)
+    out = r if scale is None else r * scale
+    obj = torch.where(m, out * c, torch.zeros((), dtype=out.dtype)).sum()
+    g = torch.autograd.grad(obj, [target], allow_unused=True)[0] if obj.requires_grad else None
+    return out.detach(), (torch.zeros_like(target) if g is None else g)
+
+
+def _dapo_readout(inputs, stub, vjp=True, **extra):
     """One _compute_loss call with a dapo-normalized loss type and num_items_in_batch = 1: returns
-    (per-token loss = d loss / d mask, d loss / d logprobs)."""
+    (per-token loss = d loss / d mask, its VJP with the case's cotangent w.r.t. the logprobs); with
+    ``vjp=False``, d loss / d logprobs itself (a readout of a weight, not a gradient pgspec judges)."""
     import torch
 
     m = inputs["mask"]
@@ -116,6 +137,8 @@ def _dapo_readout(inputs, stub, **extra):
     fm = m.to(lp.dtype).requires_grad_(True)
     loss = compute_loss(stub, logprobs=lp, mask=m, advantages=adv, old_logprobs=old, num_items_in_batch=1,
                         float_mask=fm, **extra)
+    if vjp:
+        return _vjp_readout(loss, fm, m, inputs["logprobs"])
     g_lp, g_m = _grad(loss, inputs["logprobs"], fm)
     return g_m, g_lp
 
@@ -147,7 +170,7 @@ def cispo(inputs, params):
     loss, g = _dapo_readout(inputs, stub)
     # the stopped weight: with A = -1 the loss is w * l, so d loss / d l = w exactly
     minus_one = dict(inputs, advantages=-torch.ones_like(inputs["logprobs"]).detach())
-    _, w = _dapo_readout(minus_one, make_stub(loss_type="cispo", eps_high=_p(params, fid, "eps_high")))
+    _, w = _dapo_readout(minus_one, make_stub(loss_type="cispo", eps_high=_p(params, fid, "eps_high")), vjp=False)
     return {"loss": loss, "weight": w, "grad": {"logprobs": g}}
 
 
@@ -170,9 +193,9 @@ def sapo(inputs, params):
     adv = _adv(inputs)
     isr = torch.ones_like(lp).requires_grad_(True)
     loss = compute_loss(stub, logprobs=lp, mask=m, advantages=adv, old_logprobs=old, is_ratio=isr)
-    g_lp, g_is = _grad(loss, inputs["logprobs"], isr)
-    scale = _sample_mean_scale(m, lp.dtype)
-    return {"loss": g_is * scale, "grad": {"logprobs": g_lp * scale}}
+    # the per-token loss is d loss / d IS-ratio undone of TRL's sample-mean weight; its VJP with the cotangent
+    value, g = _vjp_readout(loss, isr, m, inputs["logprobs"], _sample_mean_scale(m, lp.dtype))
+    return {"loss": value, "grad": {"logprobs": g}}
 
 
 def gspo(inputs, params):
@@ -192,11 +215,21 @@ def gspo(inputs, params):
     (g_is,) = _grad(loss, isr)
     first = m.long().argmax(-1, keepdim=True)
     seq = torch.where(m.any(-1), g_is.gather(-1, first).squeeze(-1), torch.zeros((), dtype=lp.dtype))
-    # gradient: GSPO as TRL runs it (grpo, sequence level): (1/B) sum_i loss_i, times B
+    # gradient: GSPO as TRL runs it (grpo, sequence level), whose loss (1/B) sum_i loss_i treats the rows
+    # independently: the VJP with the cotangent c (one value per sequence) is sum_i c_i d loss_i, each
+    # row's gradient taken from a call on that row alone (B = 1: TRL's mean is that row's loss)
     stub = make_stub(loss_type="grpo", level="sequence", **eps)
-    loss = compute_loss(stub, logprobs=lp, mask=m, advantages=adv, old_logprobs=old)
-    (g_lp,) = _grad(loss, inputs["logprobs"])
-    return {"loss": seq, "grad": {"logprobs": g_lp * m.shape[0]}}
+    c = current_cotangent(like=seq)
+    g_lp = torch.zeros_like(inputs["logprobs"])
+    for i in range(m.shape[0]):
+        row = slice(i, i + 1)
+        if not bool(m[i].any()):
+            continue
+        loss = compute_loss(stub, logprobs=lp[row], mask=m[row], advantages=adv[row], old_logprobs=old[row])
+        g = torch.autograd.grad(loss, inputs["logprobs"], retain_graph=True, allow_unused=True)[0]
+        if g is not None:
+            g_lp = g_lp + g * c[i]      # one row: B = 1, TRL's mean is that row's loss
+    return {"loss": seq, "grad": {"logprobs": g_lp}}
 
 
 VESPO_FIXED = {"lambda_min": 1e-4, "log_ratio_clamp": 20.0, "min_weight": 1e-8, "max_log_weight": 20.0}
@@ -240,7 +273,7 @@ def _kl(fid, bias_correction):
         adv = torch.zeros(m.shape[0], dtype=lp.dtype)  # noqa: the policy term vanishes
         loss = compute_loss(stub, logprobs=lp, mask=m, advantages=adv, old_logprobs=old, ref_logprobs=ref,
                             num_items_in_batch=1, float_mask=fm)
-        g_lp, g_m = _grad(loss, inputs["logprobs"], fm)
+        g_m, g_lp = _vjp_readout(loss, fm, m, inputs["logprobs"])
         return {"kl": g_m, "grad": {"logprobs": g_lp}}
 
     run.__name__ = fid.replace(".", "_")

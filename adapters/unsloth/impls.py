@@ -19,7 +19,7 @@ float32 (``mask = mask.to(torch.float32)``), which would round a float64 read-ou
 
 from __future__ import annotations
 
-from pgspec.adapters.base import spec_param
+from pgspec.adapters.base import current_cotangent, spec_param
 
 from ._engine import UnsupportedParameter, eager, fused, options
 
@@ -114,38 +114,69 @@ def _data(inputs):
                 sampler_logprobs=mu)
 
 
-def policy_terms(data, kw):
-    """The policy term per token (times the IS weight), 0 at masked positions: d loss / d entropy_mask."""
+def policy_terms(data, kw, vjp_of=None):
+    """The policy term per token (times the IS weight), 0 at masked positions: d loss / d entropy_mask.
+    With ``vjp_of`` (the input log-probs) also its VJP with the case's cotangent c
+    (pgspec.adapters.base.current_cotangent) w.r.t. them: the readout differentiated again (create_graph),
+    through Unsloth's own forward."""
     import torch
 
     lp, m = data["logprobs"], data["mask"]
     em = torch.ones(m.shape, dtype=lp.dtype, device=lp.device, requires_grad=True)
     sw = torch.ones(m.shape[0], dtype=lp.dtype, device=lp.device)
-    out = eager(**dict(data, logprobs=lp.detach(), beta=0.0), **dict(kw, sample_weight=sw, entropy_mask=em))
-    (g,) = _grad(out[0], em)
-    return g
+    if vjp_of is None:
+        out = eager(**dict(data, logprobs=lp.detach(), beta=0.0), **dict(kw, sample_weight=sw, entropy_mask=em))
+        (g,) = _grad(out[0], em)
+        return g
+    out = eager(**dict(data, beta=0.0), **dict(kw, sample_weight=sw, entropy_mask=em))
+    return _vjp(out[0], em, m, vjp_of)
 
 
-def token_terms(data, kw, beta):
+def _vjp(loss, weight, m, target, keep_rows=None):
+    """(r = d loss / d weight, the VJP sum c r of the readout r with the case's cotangent w.r.t. ``target``)."""
+    import torch
+
+    c = current_cotangent(like=weight)      # read first: with no path the VJP is zero for any cotangent
+    (r,) = torch.autograd.grad(loss, [weight], create_graph=True, allow_unused=True)
+    if r is None:
+        return torch.zeros_like(weight), torch.zeros_like(target)
+    obj = torch.where(m, r * c, torch.zeros((), dtype=r.dtype)).sum()
+    g = torch.autograd.grad(obj, [target], allow_unused=True)[0] if obj.requires_grad else None
+    return r.detach(), (torch.zeros_like(target) if g is None else g)
+
+
+def token_terms(data, kw, beta, vjp_of=None):
     """The whole per-token loss (policy + beta * KL) at token level, in one call: every unmasked token (i, t)
     becomes a one-token row of its own (at token level with no sequence-level IS weight, Unsloth's per-token loss
-    depends on that position's values only), and d loss / d sample_weight of that row is loss_i[i, t]."""
+    depends on that position's values only), and d loss / d sample_weight of that row is loss_i[i, t].  With
+    ``vjp_of`` (the input log-probs): (that, its VJP with the case's cotangent w.r.t. them), the readout
+    differentiated again through Unsloth's forward."""
     import torch
 
     lp, m = data["logprobs"], data["mask"]
     out = torch.zeros(m.shape, dtype=lp.dtype, device=lp.device)
     rows, cols = m.nonzero(as_tuple=True)
     if rows.numel() == 0:
-        return out
+        if vjp_of is None:
+            return out
+        current_cotangent(like=out)     # read: no unmasked token, so the VJP is zero for any cotangent
+        return out, torch.zeros_like(vjp_of)
     per = {k: (None if v is None else (v[rows] if v.dim() == 1 else v[rows, cols].unsqueeze(-1)))
            for k, v in data.items() if k != "mask"}
-    per["logprobs"] = lp.detach()[rows, cols].unsqueeze(-1)
+    per["logprobs"] = (lp.detach() if vjp_of is None else lp)[rows, cols].unsqueeze(-1)
     sw = torch.ones(rows.numel(), dtype=lp.dtype, device=lp.device, requires_grad=True)
     ones = torch.ones((rows.numel(), 1), dtype=torch.bool, device=m.device)
     res = eager(**dict(per, mask=ones, beta=beta), **dict(kw, sample_weight=sw))
-    (g,) = _grad(res[0], sw)
-    out[rows, cols] = g.to(out.dtype)
-    return out
+    if vjp_of is None:
+        (g,) = _grad(res[0], sw)
+        out[rows, cols] = g.to(out.dtype)
+        return out
+    (r,) = torch.autograd.grad(res[0], [sw], create_graph=True)
+    c = current_cotangent(like=out)[rows, cols]
+    obj = (r * c.to(r.dtype)).sum()
+    g = torch.autograd.grad(obj, [vjp_of], allow_unused=True)[0] if obj.requires_grad else None
+    out[rows, cols] = r.detach().to(out.dtype)
+    return out, (torch.zeros_like(vjp_of) if g is None else g)
 
 
 def sum_grad(data, kw, beta=0.0):
@@ -162,11 +193,8 @@ def sum_grad(data, kw, beta=0.0):
 
 
 def _surrogate(inputs, kw):
-    data = _data(inputs)
-    loss = policy_terms(data, kw)
-    total = sum_grad(data, kw)
-    (g,) = _grad(total, inputs["logprobs"])
-    return loss, g
+    """(per-token loss, its VJP with the case's cotangent w.r.t. the log-probs)."""
+    return policy_terms(_data(inputs), kw, vjp_of=inputs["logprobs"])
 
 
 def ppo_clip(inputs, params):
@@ -219,9 +247,11 @@ def gspo(inputs, params):
     per_token = policy_terms(data, kw)          # the sequence loss at each unmasked token of its row
     first = m.long().argmax(-1, keepdim=True)
     seq = torch.where(m.any(-1), per_token.gather(-1, first).squeeze(-1), torch.zeros((), dtype=per_token.dtype))
-    # gradient of sum_i loss_i: sample_weight 1 / L_i turns sum(loss_i * mask * w) into sum_i loss_i
+    # the VJP with the cotangent c (one per sequence): sample_weight c_i / L_i turns sum(loss_i * mask * w) into
+    # sum_i c_i loss_i
     L = m.sum(-1).clamp(min=1).to(data["logprobs"].dtype)
-    out = eager(**data, **dict(kw, sample_weight=1.0 / L))
+    c = current_cotangent(like=L)
+    out = eager(**data, **dict(kw, sample_weight=c / L))
     (g,) = _grad(out[0], inputs["logprobs"])
     return {"loss": seq, "grad": {"logprobs": g}}
 
@@ -242,8 +272,7 @@ def _kl(fid, bias_correction):
         # cispo with A = 0: the policy term is exactly 0 for any ratio; beta = 1: the per-token loss is the KL
         data["advantages"] = torch.zeros(inputs["mask"].shape[0], dtype=data["logprobs"].dtype)
         kw = options(loss_type="cispo", eps_high=1.0, bias_correction_kl=bias_correction)
-        kl = token_terms(data, kw, beta=1.0)
-        (g,) = _grad(sum_grad(data, kw, beta=1.0), inputs["logprobs"])
+        kl, g = token_terms(data, kw, beta=1.0, vjp_of=inputs["logprobs"])
         return {"kl": kl, "grad": {"logprobs": g}}
 
     run.__name__ = fid.replace(".", "_")

@@ -108,6 +108,14 @@ def check_arguments(formula: str, B: int, T: int, dtypes=("float32",), device: s
             _count("--hidden", hidden)
 
 
+def check_cotangent(seed: int, shape):
+    """The cotangent of a check with ``seed``: pgspec-cotangent/1 from seed XOR 0xC07A (spec/golden-format.md,
+    "Cotangent"), a float for a scalar output."""
+    from ..corpus.generator import cotangent_values
+
+    return cotangent_values((int(seed) ^ 0xC07A) & ((1 << 64) - 1), shape)
+
+
 def run_check(adapter, formula: str, B: int, T: int, dtype: str = "float32", device: str = "cpu", seed: int = 0,
               params: dict | None = None, chunk: int = 8, vocab: int | None = None,
               hidden: int | None = None, sampler: bool = False) -> CheckResult:
@@ -165,7 +173,10 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
         return results
     arrays = check_inputs(formula, B, T, seed, params, sampler)
     t = time.perf_counter()
-    ref_out, ref_grads, scales = oracle(formula, arrays, params, device, chunk)
+    # the gradient is judged as the VJP with a cotangent drawn from the seed (spec/golden-format.md,
+    # "Cotangent"); the checked outputs are scalars, so it is one value c
+    c = check_cotangent(seed, [])
+    ref_out, ref_grads, scales = oracle(formula, arrays, params, device, chunk, cotangent=c)
     seconds = time.perf_counter() - t
     found = cb.branches(formula, arrays, params)
     for res in todo:
@@ -173,6 +184,6 @@ def run_checks(adapter, formula: str, B: int, T: int, dtypes=("float32",), devic
         if progress is not None:
             progress(f"oracle done ({seconds:.1f} s); {adapter.name} in {res.dtype}")
         res.oracle_seconds = seconds
-        check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales)
+        check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales, c)
         classify_result(adapter, res, formula, params, arrays, seed)
     return results

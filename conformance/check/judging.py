@@ -71,8 +71,9 @@ def classify_result(adapter, res, formula, params, arrays, seed) -> None:
         classify(res, found)        # a CheckResult has what it sets: outcome, message, declaration
 
 
-def check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales) -> None:
-    """The adapter's call in ``res.dtype`` judged against the oracle's outputs, into ``res``."""
+def check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales, cotangent=None) -> None:
+    """The adapter's call in ``res.dtype`` judged against the oracle's outputs, into ``res``; its gradient
+    is the VJP with ``cotangent`` (None: ones), as the oracle's ``ref_grads`` are."""
     dtype, device = res.dtype, res.device
     try:
         tensors = to_tensors(formula, arrays, dtype, device)
@@ -84,7 +85,8 @@ def check_one(adapter, res, formula, arrays, params, ref_out, ref_grads, scales)
     expected = {name: tuple(t.shape) for name, t in ref_out.items() if hasattr(t, "shape")}
     unconnected: list = []
     got = timed_adapter_call(res, device,
-                             lambda: checked_call(adapter, formula, tensors, params, dtype, expected, unconnected))
+                             lambda: checked_call(adapter, formula, tensors, params, dtype, expected, unconnected,
+                                                  cotangent))
     if got is None:
         return
     out, grads = got

@@ -470,8 +470,10 @@ def _aggregation_args(kind: str, p: dict, tensors: dict) -> dict:
     return {}
 
 
-def oracle(formula: str, arrays: dict, params: dict, device: str = "cpu", chunk: int = 8):
-    """(outputs, gradients, scales) of the float64 oracle on numpy ``arrays``."""
+def oracle(formula: str, arrays: dict, params: dict, device: str = "cpu", chunk: int = 8, cotangent=None):
+    """(outputs, gradients, scales) of the float64 oracle on numpy ``arrays``; with ``cotangent`` (a number:
+    the checked outputs are scalars) the gradients are the VJP with it, c times the gradient, and their
+    scales |c| times (c has 4 significant bits: both products are exact in float64)."""
     from ..run import runner
 
     from pgspec.reference import SpecError
@@ -482,4 +484,9 @@ def oracle(formula: str, arrays: dict, params: dict, device: str = "cpu", chunk:
         out, grads = compare.call(torch_adapter, formula, tensors, params)
     except SpecError as e:          # a parameter the batch contradicts (a global count below the batch's)
         raise CheckError(f"--param: {e}") from None
-    return out, grads, oracle_scales(formula, tensors, params, chunk)
+    scales = oracle_scales(formula, tensors, params, chunk)
+    if cotangent is not None:
+        c = float(cotangent)
+        grads = {k: g * c for k, g in grads.items()}
+        scales = {k: (v * abs(c) if k.startswith("grad.") else v) for k, v in scales.items()}
+    return out, grads, scales

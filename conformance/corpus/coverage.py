@@ -294,6 +294,11 @@ NOT_DATA = {
     ("_evaluate.py", "_leaf", "must be a real number"): "the golden format stores a real input as decimal strings "
                                                          "(spec/golden-format.md), so a case cannot hold a "
                                                          "non-number there",
+    ("_evaluate.py", "_cotangent", "SpecError"): "the cotangent argument (its shape, a non-number, a non-finite "
+                                                 "value): a golden case's cotangent is made by the generator "
+                                                 "for the output's shape, never data a case could hold wrong",
+    ("_evaluate.py", "conv", "SpecError"): "the cotangent argument's elements (see _cotangent): made by the "
+                                           "generator, bfloat16 numbers",
     ("_evaluate.py", "_check_leaves", "SpecError"): "the element type of a bool or int input (a mask holding "
                                                     "1): the runner gives an adapter tensors of the declared "
                                                     "dtype, so no adapter could be seen to reject it",

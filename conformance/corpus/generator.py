@@ -166,3 +166,73 @@ def generate_inputs_reference(spec: dict) -> dict:
         out["rewards"] = [float(rng.below(2)) for _ in range(B)]
     _add_structure(out, spec, fields, B, T, lengths)
     return out
+
+
+# ---- the cotangent of a case (``pgspec-cotangent/1``, spec/golden-format.md "Cotangent") --------
+
+COTANGENT_GENERATOR = "pgspec-cotangent/1"
+
+
+def cotangent_seed(case_id: str) -> int:
+    """The 64-bit seed of a case's cotangent: the first 8 bytes of sha256(UTF-8 case ID), big-endian."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(case_id.encode("utf-8")).digest()[:8], "big")
+
+
+def seed_hex(seed: int) -> str:
+    """A 64-bit seed as the corpus stores it: "0x" and 16 lower-case hex digits (a JSON number above
+    2^53 would not survive a reader that parses numbers as doubles)."""
+    return f"0x{seed & MASK64:016x}"
+
+
+def cotangent_value(v: int) -> float:
+    """The cotangent of one draw v = below(16): +(1 + v/8) for v < 8, -(1 + (v-8)/8) for v >= 8; values
+    +-1, +-1.125, ..., +-1.875, exact in bfloat16, so c * x is exact in float64 for a bfloat16 x."""
+    return (1.0 + (v % 8) / 8.0) * (1.0 if v < 8 else -1.0)
+
+
+def cotangent_reference(seed: int, shape) -> object:
+    """The cotangent for an output of ``shape`` (a list of sizes; [] for a scalar): one below(16) draw
+    of SplitMix64(seed) per element, in row-major order (the last index fastest), as nested lists of
+    floats (a float for a scalar).  Draw by draw, as the spec states it."""
+    rng = SplitMix64(seed)
+
+    def build(dims):
+        if not dims:
+            return cotangent_value(rng.below(16))
+        return [build(dims[1:]) for _ in range(dims[0])]
+
+    return build(list(shape))
+
+
+def cotangent_array(seed: int, shape):
+    """``cotangent_reference`` as a float64 numpy array of ``shape`` (vectorized; the same numbers)."""
+    import numpy as np
+
+    n = 1
+    for d in shape:
+        n *= int(d)
+    with np.errstate(over="ignore"):
+        v = (_draws(np, seed, 0, n) % np.uint64(16)).astype(np.int64)
+    c = (1.0 + (v % 8) / 8.0) * np.where(v < 8, 1.0, -1.0)
+    return c.reshape(tuple(int(d) for d in shape))
+
+
+def cotangent_values(seed: int, shape):
+    """``cotangent_reference`` (nested lists of floats, a float for a scalar), computed vectorized."""
+    a = cotangent_array(seed, shape)
+    return a.tolist() if a.ndim else float(a)
+
+
+def cotangent_recipe(recipe: dict):
+    """The cotangent a ``{"generator": "pgspec-cotangent/1", "seed": "0x...", "shape": [...]}`` recipe
+    describes (a ValueError naming the field when the recipe is malformed)."""
+    if not isinstance(recipe, dict) or recipe.get("generator") != COTANGENT_GENERATOR:
+        raise ValueError(f"cotangent recipe: generator must be {COTANGENT_GENERATOR!r}, got {recipe!r}")
+    seed, shape = recipe.get("seed"), recipe.get("shape")
+    if not (isinstance(seed, str) and seed.startswith("0x") and len(seed) == 18):
+        raise ValueError(f"cotangent recipe: seed must be '0x' and 16 hex digits, got {seed!r}")
+    if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+        raise ValueError(f"cotangent recipe: shape must be a list of sizes, got {shape!r}")
+    return cotangent_values(int(seed, 16), shape)

@@ -22,13 +22,17 @@ from pgspec.reference import REGISTRY, evaluate
 
 from .cases.case import Case, Generated
 from .cases import all_cases
-from .generator import SplitMix64, generate_inputs
+from .generator import (COTANGENT_GENERATOR, SplitMix64, cotangent_recipe, cotangent_seed, cotangent_values,
+                        generate_inputs, seed_hex)
 from ..base.gcpause import gc_paused
 
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"   # conformance/golden: the published corpus
 SCHEMA_PATH = GOLDEN_DIR / "schema.json"
 MANIFEST_PATH = GOLDEN_DIR / "MANIFEST"
-FORMAT = "pgspec-golden/1"
+FORMAT = "pgspec-golden/2"
+# the formats this version reads: only its own (spec/golden-format.md, "Migrating from version 1")
+OLD_FORMATS = {"pgspec-golden/1": "version 1 judged every gradient with a cotangent of ones and had no "
+                                  "'cotangent' field; regenerate with `pgspec golden generate`"}
 DPS = 60
 DIGITS = 40
 SCALE_DIGITS = 6
@@ -145,9 +149,24 @@ def generate_case(case: Case) -> dict:
         record["inputs"] = _encode_inputs(case, f)
     if case.expect_error is not None:
         return _error_record(case, inputs, record)
-    result = evaluate(case.formula, inputs, case.params, dps=DPS, with_scale=True)
+    seed = cotangent_seed(case.id)
+    shape_seen = []
+
+    def cotangent(shape):
+        shape_seen.append(shape)
+        return cotangent_values(seed, shape)
+
+    result = evaluate(case.formula, inputs, case.params, dps=DPS, with_scale=True,
+                      cotangent=cotangent if f.differentiable else None)
     scale = result["scale"]
     positions = None
+    if shape_seen:
+        if isinstance(case.inputs, Generated):  # a recipe, like the inputs, instead of 8192+ numbers
+            record["cotangent"] = {"$generate": {"generator": COTANGENT_GENERATOR, "seed": seed_hex(seed),
+                                                 "shape": shape_seen[0]}}
+        else:
+            record["cotangent"] = _map(cotangent_values(seed, shape_seen[0]),
+                                       lambda v: input_str(v, f"case {case.id}: cotangent"))
     if isinstance(case.inputs, Generated):
         positions = sample_positions(record["inputs"]["$generate"], inputs["mask"])
         record["positions"] = positions
@@ -474,7 +493,18 @@ def load_manifest(directory: Path = GOLDEN_DIR) -> dict:
         raise GoldenError(f"{path}: not valid JSON ({e}); golden files are only written by `pgspec golden generate`") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
         raise GoldenError(f"{path}: field 'files' (file name -> sha256) is missing or not an object")
+    _check_format(path, doc.get("format"))
     return doc
+
+
+def _check_format(path, fmt) -> None:
+    """A GoldenError naming the version when a file is of a format this pgspec does not read."""
+    if fmt == FORMAT:
+        return
+    if fmt in OLD_FORMATS:
+        raise GoldenError(f"{path}: format {fmt!r} is not read by this pgspec, which reads {FORMAT!r} "
+                          f"({OLD_FORMATS[fmt]}; spec/golden-format.md, 'Migrating from version 1')")
+    raise GoldenError(f"{path}: field format is {fmt!r}; this pgspec reads {FORMAT!r}")
 
 
 def _where(doc, path) -> str:
@@ -523,6 +553,9 @@ def _check_cases(path: Path, doc: dict, family: str) -> None:
         bad_grad = sorted(set(c["grad"]) - set(f.differentiable))
         if bad_grad:
             raise GoldenError(f"{label} field grad: {bad_grad} are not differentiable inputs of {c['formula']}")
+        if bool(f.differentiable) != ("cotangent" in c):
+            raise GoldenError(f"{label} field cotangent: " + ("missing: every case of a differentiable formula has one"
+                              if f.differentiable else f"{c['formula']} has no gradient, so its cases have none"))
 
 
 def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
@@ -560,6 +593,8 @@ def load_family(family: str, directory: Path = GOLDEN_DIR) -> dict:
             doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise GoldenError(f"{path}: not valid JSON ({e})") from None
+    if isinstance(doc, dict):
+        _check_format(path, doc.get("format"))
     marker = _validated_marker(actual)
     if marker is None or not marker.exists():
         import jsonschema
@@ -625,6 +660,18 @@ def load_all(directory: Path = GOLDEN_DIR, problems: list | None = None) -> list
         for c in doc["cases"]:
             cases.append({**c, "family": doc["family"]})
     return cases
+
+
+def case_cotangent(case: dict):
+    """The cotangent of a loaded case as Python floats (nested like its ``grad_of`` output, a float
+    for a scalar one), generated from its recipe if need be; None for a case without one (a formula
+    with no gradient, an expected-error case)."""
+    c = case.get("cotangent")
+    if c is None:
+        return None
+    if isinstance(c, dict):
+        return cotangent_recipe(c["$generate"])
+    return _map(c, float)
 
 
 def case_inputs(case: dict) -> dict:

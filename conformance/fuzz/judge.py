@@ -26,6 +26,7 @@ import numpy as np
 
 from pgspec.reference import REGISTRY
 
+from ..corpus.generator import cotangent_array, cotangent_seed
 from ..judge import compare, tolerance
 
 U64 = 2.0 ** -53
@@ -57,18 +58,23 @@ def case_id(fid: str, example: dict) -> str:
     return f"{fid}/fuzz-{digest}"
 
 
-def _scales(fid: str, tensors: dict, params: dict, example: dict) -> dict:
+def _scales(fid: str, tensors: dict, params: dict, example: dict, cotangent=None) -> dict:
+    """S of every output and gradient element; the gradients' for the VJP with ``cotangent`` (a numpy
+    array shaped like the grad_of output, None: ones)."""
     from .. import check
 
-    if fid in check.ORACLE_FORMULAS:
+    if fid in check.ORACLE_FORMULAS and (cotangent is None or np.ndim(cotangent) == 0):
+        c = 1.0 if cotangent is None else abs(float(cotangent))     # a scalar output: S(grad) scales by |c|
         try:
-            return {k: v for k, v in check.oracle_scales(fid, tensors, params).items()}
+            return {k: (v * c if k.startswith("grad.") else v)
+                    for k, v in check.oracle_scales(fid, tensors, params).items()}
         except Exception:  # noqa: BLE001 - no oracle scale for these parameters: the reference's S
             pass
     from pgspec.reference import SpecError, evaluate
 
     try:
-        r = evaluate(fid, example["inputs"], example["params"], dps=15, with_scale=True)
+        r = evaluate(fid, example["inputs"], example["params"], dps=15, with_scale=True,
+                     cotangent=None if cotangent is None else cotangent.tolist())
     except SpecError as e:
         raise Invalid(str(e)) from None
     return {k: np.asarray(_floats(v), dtype=np.float64) for k, v in r["scale"].items()}
@@ -89,6 +95,8 @@ def _np(t):
 def fast(adapter, fid: str, example: dict, dtype: str, device: str = "cpu") -> str | None:
     """None when the adapter agrees with the float64 oracle within the bound, else what disagrees
     (one line); Invalid when the example is outside the spec."""
+    import torch
+
     f = REGISTRY[fid]
     inputs, params = example["inputs"], example["params"]
     from ..run.runner import adapter_params
@@ -97,12 +105,19 @@ def fast(adapter, fid: str, example: dict, dtype: str, device: str = "cpu") -> s
     t64 = compare.to_tensors(fid, inputs, "float64", "cpu")
     try:
         ref_out, ref_grads = compare.call(oracle_adapter(), fid, t64, p)
+        # the VJP with the cotangent `pgspec golden` would give the example's record (confirm(), below):
+        # pgspec-cotangent/1 seeded by its case ID, shaped like the oracle's grad_of output
+        cotangent = None
+        if f.differentiable and isinstance(ref_out.get(f.grad_of), torch.Tensor):
+            cotangent = cotangent_array(cotangent_seed(case_id(fid, example)), tuple(ref_out[f.grad_of].shape))
+            t64 = compare.to_tensors(fid, inputs, "float64", "cpu")
+            ref_out, ref_grads = compare.call(oracle_adapter(), fid, t64, p, cotangent=cotangent)
     except Exception as e:  # noqa: BLE001 - the backend rejects what the spec rejects
         raise Invalid(f"{type(e).__name__}: {e}") from None
-    scales = _scales(fid, t64, p, example)
+    scales = _scales(fid, t64, p, example, cotangent)
     try:
         tensors = compare.to_tensors(fid, inputs, dtype, device)
-        out, grads = compare.call(adapter, fid, tensors, p)
+        out, grads = compare.call(adapter, fid, tensors, p, cotangent=cotangent)
     except Exception as e:  # noqa: BLE001 - the implementation's crash: confirmed by the runner
         return f"raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
     mask = _np(inputs["mask"]).astype(bool) if "mask" in inputs else None

@@ -32,7 +32,8 @@ import numpy as np
 from mpmath import libmp, mp, mpf
 
 from . import tolerance
-from .call import TORCH_DTYPES, autograd, call, objective, to_tensors  # noqa: F401 - the call convention, re-exported
+from .call import (TORCH_DTYPES, OwnGradientError, adapter_call, autograd, call, objective,  # noqa: F401 - the call
+                   own_gradients, to_tensors)                                                 # convention, re-exported
 from .prepared import (BATCH_MIN, SMALL, TINY, U, Prepared, _ARRAYS, _KIND_BOOL, _KIND_REAL,  # noqa: F401
                        _PREPARED_MAX, pack_prepared, prepare, remember_prepared)
 from .prepared_cache import _stored_at_positions, prepare_output

@@ -172,6 +172,26 @@ def case_arrays(case: dict) -> dict:
     return out
 
 
+_COTANGENTS: dict = {}
+
+
+def case_cotangent(case: dict):
+    """The case's cotangent (spec/golden-format.md, "Cotangent") as a float64 CPU tensor shaped like its
+    ``grad_of`` output, or None for a case without one; made once per case."""
+    import numpy as np
+    import torch
+
+    hit = _COTANGENTS.get(id(case))
+    if hit is not None and hit[0] is case:
+        return hit[1]
+    c = golden.case_cotangent(case)
+    t = None if c is None else torch.from_numpy(np.array(c, dtype=np.float64))
+    if len(_COTANGENTS) > 4096:
+        _COTANGENTS.clear()
+    _COTANGENTS[id(case)] = (case, t)
+    return t
+
+
 # Each dtype's tensors of a case are copies of CPU tensors over the case's arrays (``torch.from_numpy``:
 # no copy), made once per case: one conversion per input and dtype instead of a numpy copy, a tensor
 # and a conversion.  Held as long as the case's arrays are (``_ARRAYS``).
@@ -472,14 +492,16 @@ def _call_case(adapter, case, dtype, device, result):
     f = REGISTRY[case["formula"]]
     try:
         tensors = case_tensors(case, dtype, device)
+        cotangent = case_cotangent(case)
         with torch.enable_grad(), time_limit(adapter.name):
-            out = adapter.call(case["formula"], tensors, adapter_params(case["formula"], case["params"]))
+            out, read = compare.adapter_call(adapter, case["formula"], tensors,
+                                             adapter_params(case["formula"], case["params"]), cotangent)
             check_outputs(f, case, dtype, tensors, out)
             grads = out.get("grad")
             diff = [n for n in f.differentiable if n in tensors]
             if grads is None and diff and out.get(f.grad_of) is not None:
                 require_differentiable(f.grad_of, out[f.grad_of], diff)
-                got = compare.autograd(out[f.grad_of], tensors, diff)
+                got = compare.autograd(out[f.grad_of], tensors, diff, cotangent)
                 unconnected = [n for n, g in zip(diff, got) if g is None and _nonzero(case["grad"].get(n))]
                 if unconnected:
                     raise MalformedOutput(
@@ -489,6 +511,11 @@ def _call_case(adapter, case, dtype, device, result):
                         f"from those inputs (a .detach(), .item(), no_grad or a copy through numpy)")
                 grads = {n: (g if g is not None else torch.zeros_like(tensors[n])) for n, g in zip(diff, got)}
             check_grads(f, dtype, tensors, grads)
+            if out.get("grad") is not None:     # the adapter's own gradients: the VJP with the cotangent
+                try:
+                    grads = compare.own_gradients(case["formula"], grads, cotangent, read, adapter.name)
+                except compare.OwnGradientError as e:
+                    raise MalformedOutput(str(e)) from None
     except (MalformedOutput, CaseTimeout) as e:
         result.outcome = "error"
         result.message = str(e)
@@ -632,6 +659,7 @@ def repro_snippet(adapter: str, case_id: str, dtype: str, device: str) -> str:
         f"inputs = case_tensors(case, {dtype!r}, {device!r})  # the tensors the adapter receives\n"
         "params = adapter_params(case['formula'], case['params'])  # the parameters, as floats and choices\n"
         "out = adapter.call(case['formula'], inputs, params)  # the implementation itself (set a breakpoint)\n"
+        "# its gradient is judged as the VJP with case['cotangent'] (runner.case_cotangent(case))\n"
         f"print(run_case(adapter, case, {dtype!r}, {device!r}))  # the verdict, with the first bad element\n"
     )
 

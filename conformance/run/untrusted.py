@@ -89,24 +89,28 @@ def require_differentiable(name: str, t, inputs: list) -> None:
 
 
 def checked_call(adapter, formula_id: str, tensors: dict, params: dict, dtype: str, expected: dict,
-                 unconnected: list | None = None):
+                 unconnected: list | None = None, cotangent=None):
     """(outputs, gradients) of the adapter's formula, as ``compare.call`` gives them, with everything the
     adapter returns checked before pgspec reads it (`pgspec check`): a dict, the outputs of ``expected``
     ({name: shape}) tensors of that shape on the inputs' device in a dtype of the run
     (outputs.ACCEPTED_DTYPES), a differentiable primary output or a ``grad`` dict of tensors of the
     inputs' shapes.  Anything else is MalformedOutput, naming the output and what is wrong.  The inputs
-    autograd finds no path to are appended to ``unconnected`` when a list is given."""
+    autograd finds no path to are appended to ``unconnected`` when a list is given.  Gradients are the VJP
+    with ``cotangent`` (None: ones): autograd of ``objective`` with it, or the adapter's own made so by
+    ``own_gradients`` (an own gradient that cannot be is MalformedOutput)."""
     import torch
 
     from pgspec.reference import REGISTRY
 
-    from ..judge.compare import autograd
+    from ..judge.compare import OwnGradientError, adapter_call, autograd, own_gradients
     from .outputs import MalformedOutput, _describe_tensor, _device_of, _short
 
     f = REGISTRY[formula_id]
     device = _device_of(tensors)
+    if cotangent is not None and not isinstance(cotangent, torch.Tensor):
+        cotangent = torch.as_tensor(cotangent, dtype=torch.float64)
     with torch.enable_grad():
-        out = adapter.call(formula_id, tensors, dict(params))
+        out, read = adapter_call(adapter, formula_id, tensors, dict(params), cotangent)
         if not isinstance(out, dict):
             raise MalformedOutput(f"the adapter returned {type(out).__name__} {_short(out)}; expected a dict of "
                                   f"output name -> tensor ({', '.join(o.name for o in f.outputs)})")
@@ -129,16 +133,24 @@ def checked_call(adapter, formula_id: str, tensors: dict, params: dict, dtype: s
         diff = [n for n in f.differentiable if n in tensors]
         if grads is None and diff and out.get(f.grad_of) is not None:
             require_differentiable(f.grad_of, out[f.grad_of], diff)
-            got = autograd(out[f.grad_of], tensors, diff)
+            got = autograd(out[f.grad_of], tensors, diff, cotangent)
             grads = {n: (g if g is not None else torch.zeros_like(tensors[n])) for n, g in zip(diff, got)}
             if unconnected is not None:
                 unconnected.extend(n for n, g in zip(diff, got) if g is None)
+            own = False
+        else:
+            own = grads is not None
     grads = {n: g for n, g in (grads or {}).items() if g is not None}     # None: not returned
     for name, g in grads.items():
         if name in tensors and g is not None:
             problem = _describe_tensor(f"grad.{name}", g, tuple(tensors[name].shape), dtype, True, "gradient", device)
             if problem:
                 raise MalformedOutput(problem + f" (the shape of input {name!r})")
+    if own:
+        try:
+            grads = own_gradients(formula_id, grads, cotangent, read, getattr(adapter, "name", "the adapter"))
+        except OwnGradientError as e:
+            raise MalformedOutput(str(e)) from None
     return out, grads
 
 

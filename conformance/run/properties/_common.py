@@ -186,9 +186,10 @@ def _ref_cached(key: bytes):
 
 
 def _evaluate_ref(key: bytes):
-    fid, inputs, params = _parts(key)
+    fid, inputs, params, *rest = _parts(key)
+    cotangent = rest[0] if rest else None       # ref(..., cotangent=c): the VJP with c
     try:
-        return evaluate(fid, inputs, params, with_scale=True)
+        return evaluate(fid, inputs, params, with_scale=True, cotangent=cotangent)
     except TypeError:
         # A reference defect (reported): the scale pass fails when every real input is tracked.
         # Fall back to the scale of the nodes built from the differentiable inputs only (the
@@ -349,9 +350,12 @@ def _scales_differentiable_only(fid, inputs, params):
 _BY_IDENTITY: dict = {}
 
 
-def ref(fid, inputs, params=None):
+def ref(fid, inputs, params=None, cotangent=None):
     """The reference result (with scales) of ``fid`` on ``inputs``; the same objects asked again
-    (a fixed example, once per dtype) are answered without re-encoding them."""
+    (a fixed example, once per dtype) are answered without re-encoding them.  ``cotangent``: nested
+    floats shaped like the grad_of output, for gradients as the VJP with it (None: ones)."""
+    if cotangent is not None:
+        return _ref_cached(_key(fid, inputs, params or {}, cotangent))
     ident = (fid, id(inputs), id(params))
     hit = _BY_IDENTITY.get(ident)
     if hit is not None and hit[0] is inputs and hit[1] is params:
@@ -436,12 +440,24 @@ def _need(ctx, *fids):
         raise Unsupported(f"{ctx.adapter.name} does not support {ctx.dtype}")
 
 
-def call(ctx, fid, inputs, params):
+def call(ctx, fid, inputs, params, cotangent=None):
     """(outputs, gradients, tensors): the adapter's formula on ``inputs`` (nested lists) in the
-    context's dtype and device, gradients of the unmasked sum of ``grad_of`` as the runner takes them."""
+    context's dtype and device, gradients as the runner takes them: the VJP of ``grad_of`` with
+    ``cotangent`` (None: ones, the unmasked sum)."""
     tensors = _tensors(ctx, fid, inputs)
-    out, grads = core.call(ctx.adapter, fid, tensors, params)
+    out, grads = core.call(ctx.adapter, fid, tensors, params, cotangent=cotangent)
     return out, grads, tensors
+
+
+def example_cotangent(label: str, fid: str, ex: dict, shape):
+    """The cotangent of a property's example (spec/golden-format.md, "Cotangent"): pgspec-cotangent/1
+    seeded like a case's, by the ID ``<label>/<fid>/<sha256 of the example>``, as nested floats."""
+    import hashlib
+
+    from ...corpus.generator import cotangent_seed, cotangent_values
+
+    digest = hashlib.sha256(_key(fid, ex["inputs"], ex["params"])).hexdigest()[:16]
+    return cotangent_values(cotangent_seed(f"{label}/{fid}/{digest}"), list(shape))
 
 
 def _pylist(t):

@@ -1,4 +1,8 @@
-"""prop.gradient_fd: the gradient equals a high-precision finite difference (no stop-gradient)"""
+"""prop.gradient_fd: the gradient equals a high-precision finite difference (no stop-gradient).
+
+Gradients are VJPs with the example's cotangent (``example_cotangent``, spec/golden-format.md
+"Cotangent"), and the finite differences are of the same objective, sum_i c_i y_i over the unmasked
+elements of the grad_of output."""
 
 from __future__ import annotations
 
@@ -11,8 +15,10 @@ from pgspec.reference import REGISTRY, evaluate
 
 from ...judge import compare as core
 from ...judge import tolerance
+from pgspec.reference._ad import _nest
+
 from ._common import (EXCLUDED, Falsified, Property, Unsupported, _at, _flat, _fmt, _key, _need, _parts, _pylist, _s,
-                      _torch, call, formula_example, ref)
+                      _torch, call, example_cotangent, formula_example, ref)
 
 
 def _constant_sg():
@@ -36,11 +42,18 @@ def _fd_build(src, fid):
     return ex
 
 
-def _objective_value(fid, inputs, params, dps):
+def _cotangent(fid, ex):
+    """The example's cotangent, shaped like the reference's grad_of output on it."""
+    f = REGISTRY[fid]
+    return example_cotangent("prop.gradient_fd", fid, ex, _nest(ref(fid, ex["inputs"], ex["params"])[f.grad_of]))
+
+
+def _objective_value(fid, inputs, params, dps, cotangent):
     f = REGISTRY[fid]
     out = evaluate(fid, inputs, params, dps=dps)[f.grad_of]
+    cs = dict(_flat(cotangent))
     with mp.workdps(dps):
-        return mp.fsum(v for _, v in _flat(out) if v is not None and not isinstance(v, bool))
+        return mp.fsum(cs[p] * v for p, v in _flat(out) if v is not None and not isinstance(v, bool))
 
 
 def _replace(x, path, value):
@@ -53,7 +66,8 @@ def _replace(x, path, value):
 
 def _fd_reference(fid, ex):
     f = REGISTRY[fid]
-    r = ref(fid, ex["inputs"], ex["params"])
+    c = _cotangent(fid, ex)
+    r = ref(fid, ex["inputs"], ex["params"], cotangent=c)
     dps = 110
     for name in f.differentiable:
         if name not in ex["inputs"]:
@@ -70,7 +84,7 @@ def _fd_reference(fid, ex):
                 vals = {}
                 for s in (-1, 0, 1):
                     inp = dict(ex["inputs"], **{name: _replace(ex["inputs"][name], path, mp.nstr(x0 + s * h, 100))})
-                    vals[s] = _objective_value(fid, inp, ex["params"], dps)
+                    vals[s] = _objective_value(fid, inp, ex["params"], dps, c)
                 right, left = (vals[1] - vals[0]) / h, (vals[0] - vals[-1]) / h
                 if abs(right - left) > mpf(10) ** -15 * (1 + abs(right) + abs(left)):
                     continue   # a kink (clip bound, tie, |x| at 0): the derivative is the spec's convention
@@ -85,12 +99,13 @@ def _adapter_fd(adapter_key, fid, key):
     ctx, ex = _FD_CTX[adapter_key], _parts(key)[0]
     torch = _torch()
     f = REGISTRY[fid]
+    c = _cotangent(fid, ex)
 
     def objective(inputs):
         tensors = core.to_tensors(fid, inputs, "float64", ctx.device)
         with torch.no_grad():
             out = ctx.adapter.call(fid, tensors, dict(ex["params"]))
-            return float(core.objective(out[f.grad_of], tensors.get("mask")))
+            return float(core.objective(out[f.grad_of], tensors.get("mask"), c))
 
     res = {}
     f0 = objective(ex["inputs"])
@@ -119,8 +134,9 @@ def _fd_adapter(ctx, fid, ex):
     _need(ctx, fid)
     if "float64" not in ctx.adapter.dtypes:
         raise Unsupported(f"{ctx.adapter.name} has no float64: no finite difference to compare with")
-    r = ref(fid, ex["inputs"], ex["params"])
-    out, grads, _ = call(ctx, fid, ex["inputs"], ex["params"])
+    c = _cotangent(fid, ex)
+    r = ref(fid, ex["inputs"], ex["params"], cotangent=c)
+    out, grads, _ = call(ctx, fid, ex["inputs"], ex["params"], cotangent=c)
     akey = f"{ctx.adapter.name}:{id(ctx.adapter)}"
     _FD_CTX[akey] = ctx
     fds = _adapter_fd(akey, fid, _key(ex))
