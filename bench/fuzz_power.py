@@ -1,19 +1,24 @@
 """Power of `pgspec fuzz` without the corpus: how many mutants of the built-in backend does it kill?
 
-    python bench/fuzz_power.py                          # 20 mutants (seed 1), 60 examples per formula
-    python bench/fuzz_power.py --mutants 40 --examples 100 --corpus --json out.json
+    python bench/fuzz_power.py --mutants 160 --skip-equivalent     # seed 1, one CPU minute per mutant
+    python bench/fuzz_power.py --mutants 20 --seconds 30 --corpus --json out.json
 
 The mutants are bench/mutation_score.py's (the same ``sample(n, seed)``: evenly over the ten family
 files of ``adapters/torch``).  Each runs in its own process: the unmutated backend is loaded first
 and kept as the fuzzer's float64 oracle (``fuzz.judge.set_oracle``), then the backend is imported
-again with the one mutated module (the import hook of mutation_score.py) and fuzzed on the formulas
-of the mutated family and on the ``loss.*`` recipes (what mutation_score runs the corpus on), in
-float64, each formula for at most ``--examples`` examples (seed 0) or ``--seconds``, stopping at the
-first counterexample.  ``golden.load_all`` raises in that process: the fuzzer never reads the golden
-files.  A mutant is *killed* when the fuzzer confirms a counterexample (the runner's ``fail`` or
-``error`` on the example made a golden record, with the backend's declarations applied) on a formula
-whose fuzz of the unmutated backend (every formula once, same seed, same cap) finds none; a mutant
-that crashes on import is killed too.
+again with the one mutated module (the import hook of mutation_score.py) and fuzzed in float64 on the
+formulas of the mutated family and on the ``loss.*`` recipes (what mutation_score runs the corpus
+on).  The budget, ``--seconds`` of the process's CPU time (on a shared machine wall time says little
+about power), is shared by those formulas round by round: one round of 25 examples of every formula
+(hypothesis seed = the round number, as the engine's own rounds), then the next round, until the
+budget is spent or a counterexample is found; counterexamples are not shrunk (``--shrink`` to shrink
+them).  ``golden.load_all`` raises in that process: the fuzzer never reads the golden files.
+
+A mutant is *killed* when the fuzzer confirms a counterexample (the runner's ``fail`` or ``error`` on
+the example made a golden record, with the backend's declarations applied) on which the unmutated
+backend passes (the same example confirmed again against it); a mutant that crashes on import is
+killed too, one that runs past ``--timeout`` CPU seconds (an endless loop) is a ``timeout``, not
+killed.  ``--baseline`` first prints what the fuzz of the unmutated backend finds on every formula.
 
 With ``--corpus`` each mutant is also run as mutation_score.py runs it (the golden corpus and the
 property checks), so the two kill rates are over the same mutants.  Output: one line per mutant,
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -33,10 +39,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 import mutation_score as ms  # noqa: E402
 from _args import positive  # noqa: E402
 
+ROUND = 25      # conformance/fuzz/engine.py's ROUND (the bench does not import pgspec itself)
+
 WORKER = r'''
 import importlib, importlib.abc, importlib.util, json, resource, sys, time
-family, index, memory, examples, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[5]), float(sys.argv[6])
+family, index, memory, examples, seconds, shrink = (sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[5]),
+                                                   float(sys.argv[6]), int(sys.argv[7]))
 resource.setrlimit(resource.RLIMIT_AS, (int(memory * 2**30), int(memory * 2**30)))
+cpu = int(float(sys.argv[8]))       # a mutant that hangs (an endless loop) is stopped by SIGXCPU
+resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
 sys.path.insert(0, sys.argv[4])
 import mutation_score as ms
 import torch
@@ -67,7 +78,7 @@ class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(source, module.__file__, "exec"), module.__dict__)
 
 sys.meta_path.insert(0, Finder())
-out = {"killed": None, "formulas": 0, "examples": 0, "found": {}}
+out = {"killed": None, "formulas": 0, "examples": 0, "found": {}, "unmutated_fails": {}}
 try:
     adapter = importlib.import_module("pgspec.adapters.torch").make_adapter()
 except Exception as e:
@@ -77,26 +88,63 @@ assert adapter.implementations is not oracle.implementations
 fam = {"is_": "is"}.get(family, family)
 caps = sorted(adapter.capabilities())
 formulas = [f for f in caps if f.startswith(fam + ".")] + [f for f in caps if f.startswith("loss.") and fam != "loss"]
-if index < 0:       # the unmutated backend: every formula once, for every mutant
+if shrink == 0:     # a kill needs one counterexample, not the smallest: no shrinking, by hypothesis or by hand
+    engine.SHRINK_SECONDS = 0.0
+    engine._trimmed = lambda adapter, f, dtype, device: f
+if index < 0:       # the unmutated backend: every formula once
     formulas = caps
-for fid in formulas:
-    r = engine.fuzz_formula(adapter, fid, "float64", budget=seconds, seed=0, max_examples=examples, database=False)
-    out["formulas"] += 1
-    out["examples"] += r.examples
-    if r.findings:
+clock = time.process_time       # the budget is this process's CPU time: on a shared machine, wall time is not power
+wall0 = time.monotonic()
+deadline = clock() + seconds
+active, rnd = list(formulas), 0
+while active and clock() < deadline and rnd * engine.ROUND < examples:
+    # round robin: one round of ROUND examples (hypothesis seed = the round, as the engine's own rounds)
+    # per formula, until the mutant's budget is spent, so that every formula gets its share
+    for fid in list(active):
+        if clock() >= deadline and not (index < 0 and rnd == 0):
+            break
+        r = engine.fuzz_formula(adapter, fid, "float64", budget=0.0, seed=rnd, max_examples=engine.ROUND,
+                                database=False)
+        out["examples"] += r.examples
+        if r.examples == 0:
+            active.remove(fid)
+        if not r.findings:
+            continue
         f = r.findings[0]
         out["found"][fid] = f"{f.outcome}: {f.message.splitlines()[0][:160]}"
+        active.remove(fid)
         if index >= 0:
+            # the same example on the unmutated backend: a kill only when it passes there
+            try:
+                base = judge.confirm(oracle, fid, {"params": f.params, "inputs": f.inputs}, "float64")
+                base = base.outcome
+            except Exception as e:
+                base = f"raised {type(e).__name__}: {e}"
+            if base in ("fail", "error") or base.startswith("raised"):
+                out["unmutated_fails"][fid] = base
+                continue
+            out["killed"] = f"{fid}: {out['found'][fid]}"
+            active = []
             break
+    rnd += 1
+out["formulas"] = len(formulas)
+out["rounds"] = rnd
+out["seconds"] = round(clock() - deadline + seconds, 1)
+out["wall"] = round(time.monotonic() - wall0, 1)
 print(json.dumps(out))
 '''
 
 
-def fuzz_worker(family, index, examples, seconds, timeout, memory):
+def fuzz_worker(family, index, examples, seconds, timeout, memory, shrink=False):
+    """The worker's JSON answer, or (None, why): "timeout" when it ran past ``timeout`` CPU seconds (or ten
+    times that in wall time)."""
     try:
         p = subprocess.run([sys.executable, "-c", WORKER, family, str(index), str(memory), str(Path(__file__).parent),
-                            str(examples), str(seconds)], capture_output=True, text=True, timeout=timeout, cwd=ms.ROOT)
+                            str(examples), str(seconds), str(int(shrink)), str(timeout)], capture_output=True,
+                           text=True, timeout=10 * timeout, cwd=ms.ROOT)
     except subprocess.TimeoutExpired:
+        return None, "timeout"
+    if p.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
         return None, "timeout"
     lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
     if p.returncode != 0 or not lines:
@@ -104,74 +152,85 @@ def fuzz_worker(family, index, examples, seconds, timeout, memory):
     return json.loads(lines[-1]), ""
 
 
-_BASE: dict = {}
+def baseline(examples, seconds, timeout, memory) -> None:
+    """Print what the fuzz of the unmutated backend finds (every formula, at least one round each)."""
+    base, why = fuzz_worker("loss", -1, examples, seconds, timeout * 4, memory)
+    if base is None:
+        raise SystemExit(f"the unmutated backend's fuzz did not finish: {why}")
+    print(f"unmutated backend: {base['formulas']} formulas, {base['examples']} examples in {base['seconds']} s, "
+          f"findings: {base['found'] or 'none'}", flush=True)
 
 
-def baseline(examples, seconds, timeout, memory) -> dict:
-    """{formula: finding} of the fuzz of the unmutated backend (every formula, the same seed and cap)."""
-    if "found" not in _BASE:
-        base, why = fuzz_worker("loss", -1, examples, seconds, timeout * 4, memory)
-        if base is None:
-            raise SystemExit(f"the unmutated backend's fuzz did not finish: {why}")
-        _BASE["found"] = base["found"]
-        print(f"unmutated backend: {base['formulas']} formulas, {base['examples']} examples, findings: "
-              f"{base['found'] or 'none'} (a formula listed here does not count as a kill)", flush=True)
-    return _BASE["found"]
-
-
-def fuzz_mutant(m, examples, seconds, timeout, memory):
+def fuzz_mutant(m, examples, seconds, timeout, memory, shrink=False):
     """('killed' | 'survived' | 'timeout', detail, seconds)."""
-    base = baseline(examples, seconds, timeout, memory)
     t0 = time.perf_counter()
-    answer, why = fuzz_worker(m.family, m.index, examples, seconds, timeout, memory)
+    answer, why = fuzz_worker(m.family, m.index, examples, seconds, timeout, memory, shrink)
     took = time.perf_counter() - t0
     if answer is None:
         if why == "timeout":
-            return "timeout", f"no verdict within {timeout:.0f} s", took
+            return "timeout", f"no verdict within {timeout:.0f} CPU s", took
         return "killed", f"the mutant crashed in the harness: {why}", took
+    also = "; the unmutated backend fails too on: " + ", ".join(answer["unmutated_fails"]) \
+        if answer["unmutated_fails"] else ""
     if answer["killed"]:
-        return "killed", answer["killed"], took
-    new = {fid: d for fid, d in answer["found"].items() if fid not in base}
-    if new:
-        fid, d = next(iter(new.items()))
-        return "killed", f"{fid}: {d}", took
-    return "survived", f"{answer['formulas']} formulas, {answer['examples']} examples", took
+        return "killed", answer["killed"] + also, took
+    return "survived", (f"{answer['formulas']} formulas, {answer['rounds']} rounds, {answer['examples']} examples "
+                        f"in {answer['seconds']} s CPU ({answer['wall']} s wall){also}"), took
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mutants", type=positive, default=20, help="sample size (default 20)")
+    ap.add_argument("--mutants", type=positive, default=160, help="sample size (default 160, as mutation_score.py)")
     ap.add_argument("--seed", type=int, default=1, help="mutant sampling seed, as mutation_score.py (default 1)")
-    ap.add_argument("--examples", type=positive, default=60, help="examples per formula (default 60)")
-    ap.add_argument("--seconds", type=float, default=20.0, help="at most this long per formula (default 20)")
-    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant (default 600)")
+    ap.add_argument("--seconds", type=float, default=60.0,
+                    help="fuzzing budget per mutant in CPU seconds of its process, shared by its formulas round by round (default 60)")
+    ap.add_argument("--examples", type=positive, default=100000, help="at most this many examples per formula")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="CPU seconds per mutant's process, startup included (default: --seconds + 120); "
+                         "ten times that in wall time")
+    ap.add_argument("--shrink", action="store_true", help="shrink each counterexample (slower; not needed for a kill)")
+    ap.add_argument("--baseline", action="store_true",
+                    help="first fuzz the unmutated backend (every formula, one round at least) and print its findings")
     ap.add_argument("--memory-gb", type=float, default=4.0, help="address-space limit per mutant (default 4)")
     ap.add_argument("--corpus", action="store_true", help="also run the corpus on each mutant (mutation_score.py)")
     ap.add_argument("--start", type=int, default=0,
                     help="skip the first START mutants of the sample (to split a long run) (default 0)")
     ap.add_argument("--only", action="append", default=[], metavar="KEY",
                     help="only the mutants whose key contains KEY (repeatable)")
+    ap.add_argument("--skip-equivalent", action="store_true",
+                    help="leave out the mutants bench/mutation_equivalents.toml lists (they count in no rate)")
     ap.add_argument("--json", type=Path, default=None, help="also write every mutant's outcomes as JSON")
     args = ap.parse_args(argv)
-    chosen = ms.sample(args.mutants, args.seed)[args.start:]
+    if args.timeout is None:
+        args.timeout = args.seconds + 120.0
+    sampled = ms.sample(args.mutants, args.seed)
+    position = {m.key: k for k, m in enumerate(sampled, 1)}
+    chosen = sampled[args.start:]
     if args.only:
         chosen = [m for m in chosen if any(k in m.key for k in args.only)]
     equivalents = ms.load_equivalents()
-    print(f"{len(chosen)} mutants (mutation_score.py sample, seed {args.seed}); fuzz: float64, at most "
-          f"{args.examples} examples or {args.seconds:g} s per formula, seed 0{'; corpus too' if args.corpus else ''}")
+    skipped = 0
+    if args.skip_equivalent:
+        skipped = sum(m.key in equivalents for m in chosen)
+        chosen = [m for m in chosen if m.key not in equivalents]
+    print(f"{len(chosen)} mutants (mutation_score.py sample, seed {args.seed}); fuzz: float64, {args.seconds:g} CPU s per "
+          f"mutant in rounds of {ROUND} examples per formula (round k: hypothesis seed k){'; corpus too' if args.corpus else ''}"
+          f"{f'; {skipped} listed equivalent left out' if skipped else ''}", flush=True)
+    if args.baseline:
+        baseline(args.examples, args.seconds, args.timeout, args.memory_gb)
     rows = []
     start = time.perf_counter()
     for k, m in enumerate(chosen, 1):
-        outcome, detail, took = fuzz_mutant(m, args.examples, args.seconds, args.timeout, args.memory_gb)
+        outcome, detail, took = fuzz_mutant(m, args.examples, args.seconds, args.timeout, args.memory_gb, args.shrink)
         row = {"mutant": m.key, "fuzz": outcome, "fuzz_detail": detail, "fuzz_seconds": round(took, 1)}
         if args.corpus:
             t0 = time.perf_counter()
-            c, cd = ms.run_mutant(m, args.timeout, args.memory_gb)
+            c, cd = ms.run_mutant(m, 10 * args.timeout, args.memory_gb)     # mutation_score's timeout is wall time
             row.update(corpus=c, corpus_detail=cd, corpus_seconds=round(time.perf_counter() - t0, 1))
         row["equivalent"] = m.key in equivalents
         rows.append(row)
         corpus = f" | corpus {row['corpus']:8s} ({row['corpus_seconds']:.0f} s)" if args.corpus else ""
-        print(f"[{k}/{len(chosen)}] fuzz {outcome:8s} ({took:.0f} s){corpus} {m.key}: {detail[:140]}", flush=True)
+        print(f"[{k}/{len(chosen)}] (sample #{position[m.key]}) fuzz {outcome:8s} ({took:.0f} s){corpus} {m.key}: {detail[:140]}", flush=True)
     relevant = [r for r in rows if not r["equivalent"]]
     fk = sum(r["fuzz"] == "killed" for r in relevant)
     print()

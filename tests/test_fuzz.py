@@ -177,3 +177,71 @@ def test_save_into_a_file_is_a_usage_error(tmp_path, capsys):
     target.write_text("")
     assert main(["fuzz", "--formulas", "kl.k1", "--save", str(target)]) == 2
     assert "--save: " in capsys.readouterr().err
+
+
+def _draws(fid: str, n: int = 300) -> list:
+    from pgspec.conformance.corpus import strategies as pst
+    from pgspec.conformance.fuzz import examples as ex
+
+    plan = ex.Plan(fid)
+    return [ex.draw(pst.SeededSource(k), plan, "float64") for k in range(n)]
+
+
+@pytest.mark.parametrize("fid,name", [("agg.prompt_mean", "group_token_counts"),
+                                      ("agg.document_mean", "document_token_counts")])
+def test_the_fuzzer_draws_the_global_counts_of_groups_and_documents(fid, name):
+    """A check of these counts inverted (agg.py's 'the same for every member of a group') rejects every
+    example that gives them: the fuzzer must draw them, consistent and at or above the batch's own."""
+    from pgspec.conformance.fuzz import examples as ex
+    from pgspec.reference import SpecError, evaluate
+
+    given = [e for e in _draws(fid) if e["params"].get(name) is not None]
+    valid = 0
+    for e in given[:60]:
+        for _ in range(3):      # a parameter conflict is repaired, as the engine repairs it
+            try:
+                evaluate(fid, e["inputs"], e["params"], dps=15)
+                valid += 1
+                break
+            except SpecError as err:
+                if name in str(err):
+                    raise AssertionError(f"{name} = {e['params'][name]} drawn outside the spec: {err}") from None
+                e = ex.repaired(fid, e, str(err))     # another parameter's conflict (discarded when None)
+                if e is None:
+                    break
+    assert valid >= 15
+    assert any(e["params"][name] != _local_counts(fid, e["inputs"]) for e in given)   # above the local count too
+
+
+def _local_counts(fid, inputs):
+    mask = inputs["mask"]
+    if fid == "agg.prompt_mean":
+        per = {}
+        for g, row in zip(inputs["group_ids"], mask):
+            per[g] = per.get(g, 0) + sum(row)
+        return [per[g] for g in inputs["group_ids"]]
+    per = {}
+    for ids, row in zip(inputs["document_ids"], mask):
+        for d, m in zip(ids, row):
+            if m:
+                per[d] = per.get(d, 0) + 1
+    return [[per[d] if m else None for d, m in zip(ids, row)] for ids, row in zip(inputs["document_ids"], mask)]
+
+
+def test_the_fuzzer_draws_the_entropy_quantiles_tie_window_edge():
+    """h = (1 - rho)(n - 1) within 2^-44 (n - 1) of an integer is that integer (spec/mask.md): some levels
+    must put h exactly on that window's (closed) edge, where an open window decides otherwise, and some
+    just outside it, where a window one token wider (2^-44 (n + 1)) decides otherwise."""
+    from fractions import Fraction
+
+    on, outside = 0, 0
+    for e in _draws("mask.entropy_quantile"):
+        rho = e["params"].get("top_entropy_quantile")
+        n = sum(bool(m) for row in e["inputs"]["mask"] for m in row)
+        if rho is None or n < 3:
+            continue
+        h = (1 - Fraction(rho)) * (n - 1)
+        off = abs(h - round(h))
+        on += off == Fraction(n - 1, 2 ** 44)
+        outside += Fraction(n - 1, 2 ** 44) < off < Fraction(n + 1, 2 ** 44)
+    assert on >= 3 and outside >= 10

@@ -271,7 +271,39 @@ def _derived_list(src, name: str, inputs: dict):
         T = len(mask[0]) if mask and mask[0] is not None else 0
         last = [max((t + 1 for t, m in enumerate(row) if m), default=0) for row in mask]
         return [T - src.integer(0, max(0, T - max(1, lo))) for lo in last] if T else None
+    if name == "group_token_counts" and "group_ids" in inputs:
+        # entry i: the whole group of sequence i's token count, the same for every member, at or above
+        # the count in this batch (the group has tokens on other shards)
+        local: dict = {}
+        for g, row in zip(inputs["group_ids"], mask):
+            local[g] = local.get(g, 0) + sum(bool(m) for m in row)
+        whole = {g: n + src.integer(0, 2) for g, n in sorted(local.items())}
+        return [whole[g] for g in inputs["group_ids"]]
+    if name == "document_token_counts" and "document_ids" in inputs:
+        # N_d at every unmasked token of document d (null at masked positions), at or above its count here
+        local = {}
+        for ids, row in zip(inputs["document_ids"], mask):
+            for d, m in zip(ids, row):
+                if m:
+                    local[d] = local.get(d, 0) + 1
+        whole = {d: n + src.integer(0, 2) for d, n in sorted(local.items())}
+        return [[whole[d] if m else None for d, m in zip(ids, row)] for ids, row in zip(inputs["document_ids"], mask)]
     return None
+
+
+def _tie_window_level(src, inputs: dict):
+    """A level rho of ``mask.entropy_quantile`` whose quantile position h = (1 - rho)(n - 1) lies at the
+    edge of the spec's tie window (h within 2^-44 (n - 1) of an integer k is k): just outside it,
+    h = k +- n 2^-44, which a window one token wider (2^-44 (n + 1)) would take for k; or, when n - 1 is
+    a power of two (then rho is a double exactly), on it, h = k +- (n - 1) 2^-44, which the closed
+    window takes for k and an open one would not.  None with fewer than 3 unmasked tokens."""
+    n = sum(bool(m) for row in inputs.get("mask") or [] for m in row)
+    if n < 3:
+        return None
+    k = src.integer(1, n - 2)
+    side = 1 if coin(src) else -1
+    on_edge = (n - 1) & (n - 2) == 0 and coin(src)
+    return 1 - (k + side * (n - 1 if on_edge else n) * 2.0 ** -44) / (n - 1)
 
 
 def draw(src, plan: Plan, dtype: str) -> dict:
@@ -292,6 +324,11 @@ def draw(src, plan: Plan, dtype: str) -> dict:
             v = _derived_count(src, p.name, inputs)
             if v is not None and all(dom.admits(v) for dom in plan.domains.get(p.name, ())):
                 params[p.name] = v
+    # the entropy quantile's level at the edge of its tie window
+    if fid == "mask.entropy_quantile" and coin(src, 4):
+        v = _tie_window_level(src, inputs)
+        if v is not None and all(dom.admits(v) for dom in plan.domains.get("top_entropy_quantile", ())):
+            params["top_entropy_quantile"] = v
     # a log-space bound exactly at a drawn log-ratio (the equality case), either sign
     ratios = _log_ratios(inputs)
     for p in f.params:

@@ -214,6 +214,9 @@ SPECIFIC = (
     # dist (spec/dist.md)
     ("dist.cp_split", "sequence-lengths-length", "sequence_lengths", "list [B], one entry per sequence", {},
      {"sequence_lengths": [12, 12]}),
+    ("dist.cp_split", "sequence-lengths-one-for-two", "sequence_lengths",
+     "list [B], one entry per sequence (B = 2, one entry given: it is not broadcast to every sequence)",
+     {"mask": [[False] * 4 + [True] * 8, [False] * 4 + [True] * 6 + [False] * 2]}, {"sequence_lengths": [12]}),
     ("dist.cp_split", "sequence-lengths-short", "sequence_lengths",
      "n_i covers the sequence's unmasked positions (the last unmasked position is 11: n_0 >= 12)", {},
      {"sequence_lengths": [11]}),
