@@ -158,3 +158,15 @@ def test_the_first_matching_rule_that_explains_a_result_classifies_it():
     bounded = _rule(kind="convention", outputs=["kl"], reason="float32 value", max_ratio=1e6)
     r = _run(_adapter(spoil_value=2.0, spoil_grad=2.0, rules=[bounded, grad_rule]))
     assert r.outcome == "fail"
+
+
+def test_a_rule_holds_for_the_property_rows_it_names_whatever_its_when():
+    """A property row has no golden case for ``when`` to read: named in ``ids`` it is declared (one
+    root cause, one rule, its property rows included); a formula glob never reaches it."""
+    rule = _rule(ids=["surrogate.ppo_clip", "prop.clamp/surrogate.*"], outputs=["loss"],
+                 when={"inputs": ["policy_log_ratio_beyond_20"]})
+    d = parse({"rule": [rule]}, "adapters/x/deviations.toml")
+    assert d.rules_for("prop.clamp/surrogate.ppo_clip", "prop.clamp", "float32", None)
+    assert not d.rules_for("prop.padding/surrogate.ppo_clip", "prop.padding", "float32", None)
+    (case,) = runner.select_cases("surrogate.ppo_clip/padded-batch")
+    assert not d.rules_for(case["id"], case["formula"], "float32", case)      # the predicate still binds a case

@@ -221,11 +221,13 @@ class Declaration:
 
     def conditions_hold(self, case: dict | None) -> bool:
         """The parameter domains and input predicates (all of them) hold for this case.  A property
-        row has no golden case: only a declaration without conditions holds for it."""
+        row (``case`` None) has no golden case for them to read: a rule reaches it only by naming it
+        in ``ids`` (``prop.x/formula``), and then holds for it, so that the property rows of one root
+        cause are declared in that cause's one rule (spec/verdicts.md, "Rules")."""
         if not self.params and not self.inputs:
             return True
         if case is None:
-            return False
+            return True
         params = resolved_params(case)
         for name, domain in self.params:
             if name not in params or not domain.admits(params[name]):
