@@ -614,54 +614,9 @@ def _batch(src, fid, fields, **kw):
     return {"inputs": {k: data[k] for k in fields}, "params": dict(BASE_PARAMS.get(fid, {}))}
 
 
-def formula_example(src, fid, *, options=False, **kw):
-    """A random valid example of ``fid``: ragged mask, junk (NaN/inf) at masked positions.  With
-    ``options`` the formula's options in ``OPTION_DRAWS`` are drawn too (after the batch, so the
-    batch is the one drawn without them)."""
-    ex = _batch(src, fid, input_fields(fid), **kw)
-    return draw_options(src, fid, ex) if options else ex
-
-
-# Options the property examples draw (issue 36 item 4), each on both sides of its binding region: a
-# log-ratio clamp that binds (0.1 < the drawn |l - l_old| <= 1/4, never equal: they are multiples of
-# 1/64) and one that does not (none, 3), every aggregation of the KL term, both step divisors and
-# advantage gates, every IS level of a recipe.  The properties that hold whatever the options
-# (padding, permutation, group relabelling, finite differences) draw them.
-OPTION_DRAWS = {
-    "log_ratio_clamp": (None, 0.1, 3.0),
-    "kl_aggregation": ("policy", "sample_mean", "token_mean"),
-    "step_divisor": ("groups", "sequences"),
-    "advantage_gate": ("sequence_mean", "token"),
-    "is_level": ("none", "token", "sequence", "geometric"),
-}
-IS_MISMATCH = 4   # |l_old - l_mu| <= 4/64 per token: a sequence's weight stays far inside the TIS cap 2
-
-
-def draw_options(src, fid, ex):
-    """``ex`` with the options of ``OPTION_DRAWS`` that ``fid`` has drawn from ``src`` (a value equal
-    to the default is left out); an IS level brings sampler log-probs l_mu = l_old - j/64."""
-    declared = {p.name: p for p in REGISTRY[fid].params}
-    before = {"inputs": dict(ex["inputs"]), "params": dict(ex["params"])}
-    params = ex["params"]
-    for name, values in OPTION_DRAWS.items():
-        p = declared.get(name)
-        if p is None or name in params:
-            continue
-        value = src.choice(values)
-        if (value is None and not p.nullable) or value == p.default:
-            continue
-        params[name] = value
-    inputs = ex["inputs"]
-    if params.get("is_level", "none") != "none" and "sampler_logprobs" not in inputs:
-        old, mask = inputs["old_logprobs"], inputs["mask"]
-        inputs["sampler_logprobs"] = [[o - src.integer(-IS_MISMATCH, IS_MISMATCH) / 64 if m else o
-                                       for o, m in zip(orow, mrow)] for orow, mrow in zip(old, mask)]
-    if params != before["params"]:
-        try:
-            ref(fid, inputs, params)     # cached: the property evaluates the same example
-        except SpecError:                # a combination the formula refuses (loss.vespo folds IS in itself)
-            ex.update(before)
-    return ex
+def formula_example(src, fid, **kw):
+    """A random valid example of ``fid``: ragged mask, junk (NaN/inf) at masked positions."""
+    return _batch(src, fid, input_fields(fid), **kw)
 
 
 def _has_mask(fid):

@@ -76,18 +76,13 @@ def _cp_build(src, fid):
         ex = {"inputs": {k: data[k] for k in fields}, "params": dict(BASE_PARAMS.get(fid, {}))}
     else:
         ex = formula_example(src, fid, max_T=max(max_T, min_prompt + 1), min_prompt=min_prompt)
-    if cp["layout"] == "bshd" and src.boolean():
-        # slime's max_seq_len: every row cut by S >= T instead of the padded width T (drawn after the
-        # batch, so the batch is the one drawn without it); S = T + 2C always changes the chunk size
-        cp["max_seq_len"] = len(ex["inputs"]["mask"][0]) + 2 * cp["cp_size"]
     ex["cp"] = cp
     return ex
 
 
 def _owner(ex):
     cp = ex["cp"]
-    ranks, _, _ = ref_dist.cp_owner_map(ex["inputs"]["mask"], cp["cp_size"], cp["layout"], cp["ownership"], None,
-                                        max_seq_len=cp.get("max_seq_len"))
+    ranks, _, _ = ref_dist.cp_owner_map(ex["inputs"]["mask"], cp["cp_size"], cp["layout"], cp["ownership"], None)
     return ranks
 
 
@@ -154,8 +149,7 @@ def _sum_nested(items):
 def _cp_reference(fid, ex):
     masks = _rank_masks(ex)
     inputs, params, cp = ex["inputs"], ex["params"], ex["cp"]
-    label = (f"{fid} cp_size={cp['cp_size']} {cp['layout']} ownership={cp['ownership']}"
-             + (f" max_seq_len={cp['max_seq_len']}" if cp.get("max_seq_len") is not None else ""))
+    label = f"{fid} cp_size={cp['cp_size']} {cp['layout']} ownership={cp['ownership']}"
     if fid in AGGREGATORS:
         whole = ref(fid, inputs, params)
         fparams = full_denominator_params(fid, inputs, params)
@@ -179,8 +173,7 @@ def _cp_reference(fid, ex):
 def _cp_adapter(ctx, fid, ex):
     torch = _torch()
     inputs, params, cp = ex["inputs"], ex["params"], ex["cp"]
-    label = (f"{fid} cp_size={cp['cp_size']} {cp['layout']} ownership={cp['ownership']}"
-             + (f" max_seq_len={cp['max_seq_len']}" if cp.get("max_seq_len") is not None else ""))
+    label = f"{fid} cp_size={cp['cp_size']} {cp['layout']} ownership={cp['ownership']}"
     r = ref(fid, inputs, params)
     family = REGISTRY[fid].family
     if fid in AGGREGATORS:
