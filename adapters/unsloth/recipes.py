@@ -77,7 +77,12 @@ def _loss(fid, compiled):
             raise ValueError(f"{fid}: is_level needs sampler_logprobs")
         if compiled:
             loss = fused(**dict(data, beta=beta), **kw)[0]
-            return {"loss": loss}
+            # UnslothEfficientGRPO.backward returns the gradient it saved in forward and ignores grad_output
+            # (unless DeepSpeed's upstream_scale is set): the trainer calls it through loss.backward(), whose
+            # grad_output is 1.  The adapter takes that gradient as its own, and pgspec scales it by the
+            # case's cotangent (one number for a scalar loss: pgspec.adapters.base.current_cotangent).
+            (grad,) = torch.autograd.grad(loss, inputs["logprobs"])
+            return {"loss": loss.detach(), "grad": {"logprobs": grad}}
         loss = eager(**dict(data, beta=beta), **kw)[0]
         terms = policy_terms(data, kw)
         if beta != 0:
