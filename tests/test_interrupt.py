@@ -84,7 +84,10 @@ def test_sigterm_ends_the_run_and_its_worker_with_one_line(tmp_path):
         while not _children(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         workers = _children(proc.pid)
-        assert workers, "the worker did not start"
+        if not workers and proc.poll() is not None:    # pgspec ended before it started a worker: say why
+            out, err = proc.communicate(timeout=60)
+            raise AssertionError(f"pgspec exited {proc.returncode} before starting the worker:\n{err[-3000:]}")
+        assert workers, "the worker did not start within 120 s"
         time.sleep(3.0)     # the worker has loaded the adapter and runs cases
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
