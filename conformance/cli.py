@@ -200,6 +200,7 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
                 # what runs now: the dtype, its place among them and the phase
                 progress.update(task, description=f"{adapter.name} on {args.device}: golden cases, {dtype} "
                                                   f"({k} of {len(dtypes)} dtypes)")
+                progress.refresh()      # every phase is drawn, however fast it runs
                 if isolated is not None:
                     for case in cases:
                         summary.results.append(_one_case(adapter, isolated, case, dtype, args.device))
@@ -215,6 +216,7 @@ def _run_checked(args, collector) -> int:  # noqa: C901 - one linear script of c
                 for k, dtype in enumerate(dtypes, 1):
                     progress.update(task, description=f"{adapter.name} on {args.device}: property checks, {dtype} "
                                                       f"({k} of {len(dtypes)} dtypes)")
+                    progress.refresh()
                     rows = _properties(adapter, dtype, args.device, args.formulas, args.adapter)
                     summary.results.extend(rows)
                     # a crash of the checks is one error row: the total follows, so that it stays the line's
