@@ -77,8 +77,16 @@ def _golden(args) -> int:
         return 0
     if args.action == "coverage":
         from .corpus import coverage
+        from .run.properties import strategy_coverage
 
-        return coverage.main()
+        if coverage.main():
+            return 1
+        rows, bad = strategy_coverage.option_coverage()
+        print()
+        ok = coverage.report(strategy_coverage.option_table(rows), bad, "property-strategy gap(s)",
+                             "the property examples draw every option on both sides of its binding region, "
+                             "and the clamp property covers every clamped formula")
+        return 0 if ok else 1
     import time
 
     start = time.perf_counter()

@@ -259,3 +259,85 @@ def test_clamp_checks_take_an_infinity_only_where_the_bound_lies_beyond_the_dtyp
             assert f16 == [], f16
         else:
             assert any(b.startswith(f"ratio[{i}][{t}] = +inf outside") for b in f16), f16
+
+
+@pytest.mark.parametrize("fid", ["surrogate.pg", "surrogate.sapo", "surrogate.dual_clip", "surrogate.gspo",
+                                 "kl.k3_unbiased"])
+def test_clamp_checks_of_the_added_formulas_see_a_gradient_on_the_clamped_side(fid):
+    """The formulas added to prop.clamp (issue 36 item 4): the reference passes their checks, and a
+    gradient at a token the clamp holds constant is named."""
+    from pgspec.conformance.run.properties import clamp
+    from pgspec.conformance.run.properties._common import ref
+
+    hit = False
+    for ex in P.fixed_examples("prop.clamp", fid):
+        r = ref(fid, ex["inputs"], ex["params"])
+        out = {k: v for k, v in r.items() if k != "grad"}
+        grad = [list(row) for row in r["grad"]["logprobs"]]
+        assert clamp._clamp_checks(fid, ex, out, grad, lambda v: 0) == []
+        zeros = [op for op in clamp._plan(fid, ex) if op[0] == "zero"]
+        if zeros:
+            _, label, i, t = zeros[0]
+            grad[i][t] = 1e-3
+            bad = clamp._clamp_checks(fid, ex, out, grad, lambda v: 0)
+            assert any(b.startswith(f"{label}: gradient 0.001 on the clamped side") for b in bad), bad
+            hit = True
+    assert hit, "some example of the property clamps a token"
+
+
+# Options and capabilities (spec/properties.md, "Options and capabilities") ---------------------
+def _no_clamp_adapter(declared: bool):
+    """The torch backend's surrogate.pg, as a framework that cannot take a log-ratio clamp: its call
+    raises on one (a ValueError, as a framework's own check would); ``declared``: its declarations
+    say so with a capability."""
+    from pgspec.adapters.base import Adapter
+    from pgspec.adapters.torch import surrogate
+    from pgspec.conformance.verdicts.declarations import parse
+
+    seen = []
+
+    def pg(inputs, params):
+        seen.append(params.get("log_ratio_clamp"))
+        if params.get("log_ratio_clamp") is not None:
+            raise ValueError("this framework has no log-ratio clamp")
+        return surrogate.IMPLEMENTATIONS["surrogate.pg"](inputs, params)
+
+    adapter = Adapter("no-clamp", "test", "0", implementations={"surrogate.pg": pg})
+    if declared:
+        adapter.deviations = parse({"capability": [{"formulas": ["surrogate.pg"], "params": {"log_ratio_clamp": ["null"]},
+                                                    "reason": "no log-ratio clamp", "link": "https://example.org"}]},
+                                   "no-clamp.toml")
+    return adapter, seen
+
+
+def test_drawn_options_the_capabilities_refuse_are_drawn_again_without_them():
+    drawn = [ex["params"].get("log_ratio_clamp") for ex in P.fixed_examples("prop.padding", "surrogate.pg")]
+    assert any(c is not None for c in drawn), drawn     # the fixed examples do draw a clamp
+    undeclared, _ = _no_clamp_adapter(False)
+    (res,) = P.run_properties(undeclared, "float64", "cpu", "surrogate.pg", properties="prop.padding")
+    assert res.outcome == "error" and "no log-ratio clamp" in res.message
+    adapter, seen = _no_clamp_adapter(True)
+    (res,) = P.run_properties(adapter, "float64", "cpu", "surrogate.pg", properties="prop.padding")
+    assert res.outcome == "pass", res.message
+    assert seen and all(c is None for c in seen)        # never called with the refused option
+    assert res.examples == len(drawn)                   # every example ran, drawn again without it
+
+
+def test_an_example_a_capability_refuses_outright_is_left_out_and_a_row_of_them_is_not_applicable():
+    from pgspec.adapters.base import Adapter
+    from pgspec.adapters.torch import surrogate
+    from pgspec.conformance.verdicts.declarations import parse
+
+    def capable(values):
+        adapter = Adapter("cispo", "test", "0", implementations={"surrogate.cispo": surrogate.IMPLEMENTATIONS["surrogate.cispo"]})
+        adapter.deviations = parse({"capability": [{"formulas": ["surrogate.cispo"], "params": {"cap_form": values},
+                                                    "reason": "one cap form", "link": "https://example.org"}]}, "c.toml")
+        return adapter
+
+    (whole,) = P.run_properties(capable(["relative", "absolute"]), "float64", "cpu", "surrogate.cispo",
+                                properties="prop.clamp")
+    (part,) = P.run_properties(capable(["relative"]), "float64", "cpu", "surrogate.cispo", properties="prop.clamp")
+    assert whole.outcome == part.outcome == "pass"
+    assert 0 < part.examples < whole.examples and "outside what the adapter takes" in part.message
+    (none,) = P.run_properties(capable(["no such form"]), "float64", "cpu", "surrogate.cispo", properties="prop.clamp")
+    assert none.outcome == "not-applicable" and "one cap form" in none.message and none.declaration

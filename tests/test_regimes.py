@@ -77,3 +77,20 @@ def test_the_catalogue_is_data_the_reader_can_audit():
     for r in catalogue():
         assert r.kind in ("equality", "branch", "order", "option", "float64"), r
         assert r.where.startswith("spec/") and r.text and callable(r.test), r
+
+
+def test_property_examples_draw_every_option_on_both_sides():
+    from pgspec.conformance.run.properties import strategy_coverage
+
+    rows, bad = strategy_coverage.option_coverage()
+    assert not bad, "\n".join(bad) + "\n\n" + strategy_coverage.option_table(rows)
+
+
+def test_an_option_never_drawn_is_named(monkeypatch):
+    from pgspec.conformance.run.properties import _common, clamp, strategy_coverage
+
+    monkeypatch.setitem(_common.OPTION_DRAWS, "kl_aggregation", ("policy",))
+    monkeypatch.delitem(clamp.CLAMP_PARAMS, "kl.k3_unbiased")
+    _, bad = strategy_coverage.option_coverage()
+    assert "property examples: option kl_aggregation (11 formula(s)) never drawn as sample_mean, token_mean" in bad
+    assert any(p.startswith("prop.clamp: kl.k3_unbiased has a clamp parameter but no parameter set") for p in bad)

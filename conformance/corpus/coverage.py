@@ -468,6 +468,11 @@ def main() -> int:
     return 0
 
 
+def report(table_text: str, bad: list, what: str, ok: str) -> bool:
+    """``_report`` for the rooms above (the property-strategy table of ``pgspec golden coverage``)."""
+    return _report(table_text, bad, what, ok)
+
+
 if __name__ == "__main__":
     import sys
 

@@ -25,8 +25,9 @@ regime (other than a ``float64`` one) must then be witnessed by a recipe case to
 composes that formula).  Recipe views do not remove tokens that another factor of the recipe zeroes
 (an OPSM or entropy drop, an IS mask): a case author keeps those off in a regime case.
 
-The property strategies do not draw the options yet (spec/golden-format.md, "Regime coverage"):
-their examples are shared by every adapter and must first honour each adapter's capabilities.
+``conformance/run/properties/strategy_coverage.py`` checks the property strategies: every option
+they should draw (``DRAWN_OPTIONS``) is drawn on both sides of its binding region (a clamp that
+binds and one that does not; each choice), and the clamp property covers every clamped formula.
 
 ``pgspec golden coverage`` prints the tables after the binding table and fails naming every gap;
 ``tests/test_regimes.py`` removes a regime's cases and sees the gap named.

@@ -704,6 +704,10 @@ def property_results(adapter, dtype: str, device: str, formulas: str, adapter_sp
                        message=p.get("message", ""), repro=p.get("repro", ""), exception=p.get("exception"))
         if p["outcome"] == "fail" and p.get("example") is not None:
             r.first_failure = {"example": p["example"]}
+        if p["outcome"] == "not-applicable":     # every example outside the adapter's capabilities
+            r.declaration = p.get("declaration")
+            out.append(r)
+            continue
         out.append(classify(r, declarations_of(adapter).rules_for(r.case_id, p["property"], dtype, None)))
     return out
 

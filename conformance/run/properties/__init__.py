@@ -43,8 +43,8 @@ from pgspec.reference import dist as ref_dist  # noqa: F401 - re-exported (tests
 from ...corpus import strategies as pst
 from . import cp_rank_sum, accumulation, opsm, length_independence, on_policy, padding, permutation, group_relabel, clamp, gradient_fd
 from ._common import (  # noqa: F401 - the public names of the former single module
-    BASE_PARAMS, EXCLUDED, FIXED_EXAMPLES, OUTCOMES, REF_DIGITS, SPEC_PAGE, Ctx, Falsified, Property, PropertyResult,
-    Unsupported, call, compare, compare_to_ref, decode, encode, formula_example, input_fields, ref)
+    BASE_PARAMS, EXCLUDED, FIXED_EXAMPLES, OUTCOMES, REF_DIGITS, SPEC_PAGE, Ctx, Falsified, NotAdmitted, Property,
+    PropertyResult, Unsupported, call, compare, compare_to_ref, decode, encode, formula_example, input_fields, ref)
 from .accumulation import MEGATRON_7452, naive_difference  # noqa: F401
 from .clamp import CLAMP_PARAMS  # noqa: F401
 from .cp_rank_sum import AGGREGATORS, _cp_reference, full_denominator_params, recipe_aggregator  # noqa: F401
@@ -59,9 +59,25 @@ PROPERTIES: dict[str, Property] = {m.PROPERTY.id: m.PROPERTY for m in (cp_rank_s
 def fixed_examples(prop_id: str, fid: str, n: int = FIXED_EXAMPLES) -> list[dict]:
     """The fixed examples ``run_properties`` uses: ``n`` drawn from seeded sources (seed = CRC-32
     of "<property>/<formula>/<k>"), then the property's hand-made ones.  Identical on every run."""
-    prop = PROPERTIES[prop_id]
-    out = [prop.build(pst.SeededSource(zlib.crc32(f"{prop_id}/{fid}/{k}".encode())), fid) for k in range(n)]
-    return out + [decode(e) for e in prop.extra_examples(fid)]
+    return [ex for _, ex, _ in _fixed_entries(prop_id, fid, n)]
+
+
+def _seeded(prop_id: str, fid: str, seed: int, refused: frozenset = frozenset()):
+    """(the example the seeded source builds, the options it drew); ``refused``: options not drawn."""
+    src = pst.SeededSource(seed)
+    src.refused_options = refused
+    ex = PROPERTIES[prop_id].build(src, fid)
+    return ex, frozenset(getattr(src, "drawn_options", ()))
+
+
+def _fixed_entries(prop_id: str, fid: str, n: int = FIXED_EXAMPLES) -> list[tuple]:
+    """(seed or None for a hand-made example, example, options drawn) for each fixed example."""
+    out = []
+    for k in range(n):
+        seed = zlib.crc32(f"{prop_id}/{fid}/{k}".encode())
+        ex, drawn = _seeded(prop_id, fid, seed)
+        out.append((seed, ex, drawn))
+    return out + [(None, decode(e), frozenset()) for e in PROPERTIES[prop_id].extra_examples(fid)]
 
 
 _FIXED_CACHE: dict = {}
@@ -70,7 +86,15 @@ _FIXED_CACHE: dict = {}
 def _fixed(prop_id, fid):
     key = (prop_id, fid)
     if key not in _FIXED_CACHE:
-        _FIXED_CACHE[key] = fixed_examples(prop_id, fid)
+        _FIXED_CACHE[key] = _fixed_entries(prop_id, fid)
+    return _FIXED_CACHE[key]
+
+
+def _redrawn(prop_id, fid, seed, refused):
+    """The seeded example drawn again without the ``refused`` options (cached, like the others)."""
+    key = (prop_id, fid, seed, refused)
+    if key not in _FIXED_CACHE:
+        _FIXED_CACHE[key] = _seeded(prop_id, fid, seed, refused)
     return _FIXED_CACHE[key]
 
 
@@ -113,6 +137,10 @@ def check_example(adapter, prop_id: str, fid: str, example: dict, dtype: str = "
     try:
         prop.adapter(ctx, fid, example)
         res.error_ratio = ctx.worst
+    except NotAdmitted as e:
+        # outside the adapter's declared capabilities: not applicable, as a golden case would be
+        res.outcome, res.message = "not-applicable", str(e)
+        res.declaration, res.refused = e.declaration.summary(), list(e.params)
     except Unsupported as e:
         res.outcome, res.message = "unsupported", str(e)
     except Falsified as e:
@@ -146,19 +174,47 @@ def run_properties(adapter, dtype: str, device: str, formulas_glob: str = "*", *
     for pid, fid in planned(formulas_glob, properties):
         prop = PROPERTIES[pid]
         res = PropertyResult(pid, fid, dtype, device, "pass", error_ratio=0.0)
-        examples = _fixed(pid, fid)
-        for ex in examples:
-            one = check_example(adapter, pid, fid, ex, dtype, device, adapter_spec, decoded=True)
+        skipped = []            # the examples outside the adapter's capabilities (their results)
+        for seed, ex, drawn in _fixed(pid, fid):
+            one = _with_admitted_options(adapter, pid, fid, seed, ex, drawn, dtype, device, adapter_spec)
+            if one.outcome in ("not-applicable", "unsupported"):
+                skipped.append(one)     # an example the adapter cannot take: the others still run
+                continue
             res.examples += 1
             if one.outcome != "pass":
                 one.examples = res.examples
                 res = one
                 break
             res.error_ratio = max(res.error_ratio or 0.0, one.error_ratio or 0.0)
-        if res.outcome == "pass":
-            res.message = f"{len(examples)} example(s); {prop.title}"
+        if res.outcome == "pass" and not res.examples and skipped:
+            # no example the adapter can take: the row is unsupported (the adapter refused) or not
+            # applicable (its declared capabilities do), as its golden cases would be
+            res = skipped[0]
+            if len(skipped) > 1:
+                res.message = f"all {len(skipped)} example(s) are outside what the adapter takes: {res.message}"
+            res.example = res.repro = None
+        elif res.outcome == "pass":
+            left_out = (f" ({len(skipped)} more outside what the adapter takes: {skipped[0].message})"
+                        if skipped else "")
+            res.message = f"{res.examples} example(s){left_out}; {prop.title}"
         results.append(res)
     return results
+
+
+def _with_admitted_options(adapter, pid, fid, seed, ex, drawn, dtype, device, adapter_spec) -> PropertyResult:
+    """``check_example`` on a fixed example; when the adapter's declarations refuse an option the
+    example drew (or the adapter raises Unsupported on an example with drawn options), the example
+    is drawn again from its seed without that option (without all of them when the refusal names
+    none), until the adapter takes it or no drawn option is left (spec/properties.md, "Options and
+    capabilities")."""
+    one = check_example(adapter, pid, fid, ex, dtype, device, adapter_spec, decoded=True)
+    refused = frozenset()
+    while one.outcome in ("not-applicable", "unsupported") and seed is not None and drawn - refused:
+        named = (drawn - refused) & set(one.refused or ())
+        refused |= named or drawn
+        ex, drawn = _redrawn(pid, fid, seed, refused)
+        one = check_example(adapter, pid, fid, ex, dtype, device, adapter_spec, decoded=True)
+    return one
 
 
 def repro_snippet(adapter: str, prop_id: str, fid: str, example: dict, dtype: str, device: str) -> str:

@@ -4,6 +4,7 @@ comparisons through the comparison core (conformance/judge/compare.py)."""
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import json
 import math
@@ -26,7 +27,7 @@ from ...base.gcpause import gc_paused
 
 
 SPEC_PAGE = "spec/properties.md"
-OUTCOMES = ("pass", "fail", "error", "unsupported")
+OUTCOMES = ("pass", "fail", "error", "unsupported", "not-applicable")
 FIXED_EXAMPLES = 2          # seeded examples per (property, formula), plus hand-made ones where listed
 REF_DIGITS = 40             # reference invariances hold to this many significant digits
 
@@ -48,6 +49,8 @@ class PropertyResult:
     error_ratio: float | None = None
     examples: int = 0
     exception: dict | None = None     # an error: {"type", "message", "origin", "where"} (conformance/run/origin.py)
+    declaration: dict | None = None   # not applicable: the declaration that refused the example (its summary)
+    refused: list | None = None       # not applicable: the parameters that declaration restricts
 
     def to_json(self):
         # as dataclasses.asdict gives it (a deep copy), without its generic walk: the fields are
@@ -444,6 +447,7 @@ def call(ctx, fid, inputs, params, cotangent=None):
     """(outputs, gradients, tensors): the adapter's formula on ``inputs`` (nested lists) in the
     context's dtype and device, gradients as the runner takes them: the VJP of ``grad_of`` with
     ``cotangent`` (None: ones, the unmasked sum)."""
+    admit(ctx, fid, inputs, params)
     tensors = _tensors(ctx, fid, inputs)
     out, grads = core.call(ctx.adapter, fid, tensors, params, cotangent=cotangent)
     return out, grads, tensors
@@ -614,9 +618,92 @@ def _batch(src, fid, fields, **kw):
     return {"inputs": {k: data[k] for k in fields}, "params": dict(BASE_PARAMS.get(fid, {}))}
 
 
-def formula_example(src, fid, **kw):
-    """A random valid example of ``fid``: ragged mask, junk (NaN/inf) at masked positions."""
-    return _batch(src, fid, input_fields(fid), **kw)
+def formula_example(src, fid, *, options=False, **kw):
+    """A random valid example of ``fid``: ragged mask, junk (NaN/inf) at masked positions.  With
+    ``options`` the formula's options in ``OPTION_DRAWS`` are drawn too (after the batch, so the
+    batch is the one drawn without them)."""
+    ex = _batch(src, fid, input_fields(fid), **kw)
+    return draw_options(src, fid, ex) if options else ex
+
+
+# Options the property examples draw (issue 36 item 4), each on both sides of its binding region: a
+# log-ratio clamp that binds (0.1 < the drawn |l - l_old| <= 1/4, never equal: they are multiples of
+# 1/64) and one that does not (none, 3), every aggregation of the KL term, both step divisors and
+# advantage gates, every IS level of a recipe.  The properties that hold whatever the options
+# (padding, permutation, group relabelling, finite differences) draw them.
+OPTION_DRAWS = {
+    "log_ratio_clamp": (None, 0.1, 3.0),
+    "kl_aggregation": ("policy", "sample_mean", "token_mean"),
+    "step_divisor": ("groups", "sequences"),
+    "advantage_gate": ("sequence_mean", "token"),
+    "is_level": ("none", "token", "sequence", "geometric"),
+}
+IS_MISMATCH = 4   # |l_old - l_mu| <= 4/64 per token: a sequence's weight stays far inside the TIS cap 2
+
+
+def draw_options(src, fid, ex):
+    """``ex`` with the options of ``OPTION_DRAWS`` that ``fid`` has drawn from ``src`` (a value equal
+    to the default is left out); an IS level brings sampler log-probs l_mu = l_old - j/64."""
+    declared = {p.name: p for p in REGISTRY[fid].params}
+    before = {"inputs": dict(ex["inputs"]), "params": dict(ex["params"])}
+    params = ex["params"]
+    refused = refused_options(src)
+    for name, values in OPTION_DRAWS.items():
+        p = declared.get(name)
+        if p is None or name in params or name in refused:
+            continue
+        value = src.choice(values)
+        if (value is None and not p.nullable) or value == p.default:
+            continue
+        params[name] = value
+    inputs = ex["inputs"]
+    if params.get("is_level", "none") != "none" and "sampler_logprobs" not in inputs:
+        old, mask = inputs["old_logprobs"], inputs["mask"]
+        inputs["sampler_logprobs"] = [[o - src.integer(-IS_MISMATCH, IS_MISMATCH) / 64 if m else o
+                                       for o, m in zip(orow, mrow)] for orow, mrow in zip(old, mask)]
+    if params != before["params"]:
+        try:
+            ref(fid, inputs, params)     # cached: the property evaluates the same example
+        except SpecError:                # a combination the formula refuses (loss.vespo folds IS in itself)
+            ex.update(before)
+    note_drawn(src, *(name for name in ex["params"] if name not in before["params"]))
+    return ex
+
+
+# Drawn options and an adapter's capabilities.  A property's seeded example is shared by every
+# adapter; the options it draws must not make it one the adapter cannot take.  The source carries
+# the options an adapter refused (``refused_options``: the draws skip them) and records those drawn
+# (``drawn_options``), so that run_properties can draw the example again without the refused ones.
+def refused_options(src) -> frozenset:
+    return getattr(src, "refused_options", frozenset())
+
+
+def note_drawn(src, *names):
+    src.drawn_options = tuple(getattr(src, "drawn_options", ())) + tuple(names)
+
+
+class NotAdmitted(Unsupported):
+    """A call the adapter's declarations place outside what it can take (a ``[[capability]]`` that
+    does not admit it, or an ``[[unsupported]]`` entry whose ``when`` holds): as for a golden case,
+    the example is not applicable to that adapter (spec/properties.md, "Options and capabilities")."""
+
+    def __init__(self, declaration, fid: str):
+        self.declaration = declaration
+        self.params = tuple(name for name, _ in declaration.params)
+        super().__init__(f"{fid}: {declaration.reason} ({declaration.label})")
+
+
+def admit(ctx, fid, inputs, params):
+    """Raise NotAdmitted when the adapter's declarations refuse ``fid`` on these inputs and
+    parameters (what runner.start_case reads for a golden case)."""
+    decl = getattr(ctx.adapter, "deviations", None)
+    if decl is None or not (decl.capabilities or decl.unsupported):
+        return
+    case = {"id": "prop:" + hashlib.sha256(_key(fid, inputs, params)).hexdigest(), "formula": fid,
+            "inputs": inputs, "params": params}
+    for declared in (decl.unsupported_case(case), decl.not_applicable(case)):
+        if declared is not None:
+            raise NotAdmitted(declared, fid)
 
 
 def _has_mask(fid):

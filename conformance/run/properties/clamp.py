@@ -10,7 +10,8 @@ from pgspec.reference import REGISTRY
 
 from ...corpus import strategies as pst
 from ...judge import tolerance
-from ._common import Falsified, Property, REF_DIGITS, _fmt, _need, _pylist, call, compare_to_ref, formula_example, ref
+from ._common import (Falsified, Property, REF_DIGITS, _batch, _fmt, _need, _pylist, call, compare_to_ref,
+                      formula_example, input_fields, ref)
 
 
 def _kl_estimate(fid, x):
@@ -184,6 +185,61 @@ def _make_plan(fid, ex) -> list:
                 r = exp(d(i, t))
                 if (A > 0 and r > 1 + eh) or (A < 0 and r < 1 - el):
                     plan.append(("zero", f"loss[{i}][{t}] (A = {_fmt(A)}, r = {_fmt(r)})", i, t))
+    elif fid in ("surrogate.pg", "surrogate.sapo", "surrogate.dual_clip"):
+        # the clamped log-ratio makes r (so the loss) a constant: zero gradient where |d| > c; the dual
+        # clip also where the PPO clip or its cap -c A takes effect
+        c = mpf(p["log_ratio_clamp"]) if p.get("log_ratio_clamp") is not None else None
+        for i in rows:
+            for t, m in enumerate(mask[i]):
+                if not m:
+                    continue
+                x = d(i, t)
+                if c is not None and abs(x) > c:
+                    plan.append(("zero", f"loss[{i}][{t}] (d = {_fmt(x)} clamped)", i, t))
+                elif fid == "surrogate.dual_clip":
+                    adv = inputs["advantages"][i]
+                    A = mpf(adv[t] if isinstance(adv, list) else adv)
+                    r = exp(x)
+                    el, eh, cap = mpf(p.get("eps_low", 0.2)), mpf(p.get("eps_high", 0.2)), mpf(p.get("c", 3.0))
+                    if (A > 0 and r > 1 + eh) or (A < 0 and (r < 1 - el or r > cap)):
+                        plan.append(("zero", f"loss[{i}][{t}] (A = {_fmt(A)}, r = {_fmt(r)})", i, t))
+    elif fid == "surrogate.gspo":
+        # s = exp(min(mean_t clip(d, -k, k), c)): a token clamped by k has no derivative, nor does any
+        # token of a sequence whose clamped mean is capped by c
+        k = mpf(p["log_ratio_clamp"]) if p.get("log_ratio_clamp") is not None else None
+        cap = mpf(p["log_ratio_max"]) if p.get("log_ratio_max") is not None else None
+        for i in rows:
+            ts = [t for t, m in enumerate(mask[i]) if m]
+            xs = {t: d(i, t) for t in ts}
+            clamped = {t: (min(max(x, -k), k) if k is not None else x) for t, x in xs.items()}
+            capped = bool(ts) and cap is not None and mp.fsum(clamped.values()) / len(ts) > cap
+            for t in ts:
+                if capped or clamped[t] != xs[t]:
+                    plan.append(("zero", f"loss[{i}] token {t}", i, t))
+    elif fid in ("kl.k3_straight_through", "kl.k3_unbiased"):
+        a, b = p.get("log_ratio_min"), p.get("log_ratio_max")
+        lo, hi = p.get("output_min"), p.get("output_max")
+        for i in rows:
+            for t, m in enumerate(mask[i]):
+                if not m:
+                    continue
+                x = d(i, t, "ref_logprobs", "logprobs")
+                xc = min(max(x, mpf(a)), mpf(b)) if a is not None else x
+                if fid == "kl.k3_straight_through":   # value k3 of the clamped x, gradient k2' (never 0 by clamping)
+                    want = _kl_estimate("kl.k3", xc)
+                    if lo is not None:
+                        want = min(max(want, mpf(lo)), mpf(hi))
+                    plan.append(("kl", None, i, t, want, f"at x = {_fmt(x)}: k3 of the clamped x "
+                                 f"(clamped to [{a}, {b}], then to [{lo}, {hi}]) is {_fmt(want)}"))
+                    continue
+                if lo is not None or hi is not None:   # unbounded: w = e^200 may overflow, as the reference's value
+                    plan.append(("within", f"kl[{i}][{t}]", "kl", i, t, mpf(lo) if lo is not None else None,
+                                 mpf(hi) if hi is not None else None))
+                w = exp(d(i, t))
+                y = w * _kl_estimate("kl.k3", xc)
+                if (xc != x and p.get("sg_ratio_where_clamped", True)) or \
+                        (lo is not None and not (mpf(lo) < y < mpf(hi))):
+                    plan.append(("zero", f"kl[{i}][{t}]", i, t))
     elif fid == "surrogate.cispo":
         if p.get("cap_form") == "absolute":
             lo, hi = None, mpf(p["eps_high"])
@@ -215,8 +271,26 @@ CLAMP_PARAMS = {
               {"log_ratio_min": -20.0, "log_ratio_max": 20.0}, {"log_ratio_min": -1.0, "log_ratio_max": 1.0}),
     "kl.abs": ({"log_ratio_min": -20.0, "log_ratio_max": 20.0, "output_min": -10.0, "output_max": 10.0},),
     "surrogate.ppo_clip": ({"eps_low": 0.2, "eps_high": 0.28, "log_ratio_clamp": 20.0}, {"eps_low": 0.2, "eps_high": 0.2}),
+    "surrogate.pg": ({"log_ratio_clamp": 20.0}, {"log_ratio_clamp": 0.125}),
+    "surrogate.sapo": ({"log_ratio_clamp": 20.0}, {"log_ratio_clamp": 0.125}),
+    "surrogate.dual_clip": ({"log_ratio_clamp": 20.0}, {"c": 1.5, "eps_high": 1.0}),
+    "surrogate.gspo": ({"log_ratio_clamp": 20.0, "log_ratio_max": 10.0}, {"log_ratio_clamp": 0.125, "log_ratio_max": 0.0625}),
+    "kl.k3_straight_through": ({"log_ratio_min": -20.0, "log_ratio_max": 20.0, "output_min": -10.0, "output_max": 10.0},
+                               {"log_ratio_min": -1.0, "log_ratio_max": 1.0}),
+    "kl.k3_unbiased": ({"log_ratio_min": -20.0, "log_ratio_max": 20.0, "output_min": -10.0, "output_max": 10.0},
+                       {"log_ratio_min": -1.0, "log_ratio_max": 1.0, "sg_ratio_where_clamped": True}),
     "surrogate.cispo": ({"cap_form": "relative", "eps_low": 0.2, "eps_high": 0.28},
                         {"cap_form": "absolute", "eps_high": 5.0}),
+}
+
+
+# Clamped formulas the clamp property does not check, and why (strategy_coverage.option_coverage requires every
+# other formula with a clamp parameter in CLAMP_PARAMS)
+NOT_CLAMP_CHECKED = {
+    "surrogate.vespo": "its clamps act on sg[phi], a weight without gradient whose value the golden cases pin; "
+                       "no output bound or zero gradient follows from them",
+    "is.reject": "its log-weight clamp only feeds a keep decision (flags compared exactly by the golden cases); "
+                 "no output bound or gradient",
 }
 
 
@@ -224,8 +298,15 @@ def _clamp_formulas():
     return tuple(f for f in CLAMP_PARAMS if f in REGISTRY)
 
 
+def _example(src, fid, **kw):
+    """formula_example, with old_logprobs for surrogate.pg (optional there: without it d = 0, no clamp)."""
+    if fid == "surrogate.pg":
+        return _batch(src, fid, input_fields(fid) + ("old_logprobs",), **kw)
+    return formula_example(src, fid, **kw)
+
+
 def _clamp_build(src, fid):
-    ex = formula_example(src, fid, extreme=True, mismatch=48)
+    ex = _example(src, fid, extreme=True, mismatch=48)
     ex["params"] = dict(src.choice(CLAMP_PARAMS[fid]))
     return ex
 
@@ -234,7 +315,7 @@ def _clamp_extra(fid):
     """Every parameter set of the formula on one batch with log-ratios of +-20 and +-200."""
     out = []
     for k, params in enumerate(CLAMP_PARAMS[fid]):
-        ex = formula_example(pst.SeededSource(zlib.crc32(f"clamp/{fid}/{k}".encode())), fid, extreme=True, B=4, T=6,
+        ex = _example(pst.SeededSource(zlib.crc32(f"clamp/{fid}/{k}".encode())), fid, extreme=True, B=4, T=6,
                              empty=False)
         ex["params"] = dict(params)
         out.append(ex)

@@ -11,8 +11,8 @@ from pgspec.reference import agg as ref_agg
 from pgspec.reference import dist as ref_dist
 
 from ...corpus import strategies as pst
-from ._common import (BASE_PARAMS, Property, Unsupported, _assert_same, _close, _need, _s, _tensors, _torch, call,
-                      compare, formula_example, ref)
+from ._common import (BASE_PARAMS, Property, Unsupported, _assert_same, _close, _need, _s, _tensors, _torch, admit,
+                      call, compare, formula_example, note_drawn, ref, refused_options)
 
 
 AGGREGATORS = tuple(ref_agg.AGGREGATORS)
@@ -76,13 +76,19 @@ def _cp_build(src, fid):
         ex = {"inputs": {k: data[k] for k in fields}, "params": dict(BASE_PARAMS.get(fid, {}))}
     else:
         ex = formula_example(src, fid, max_T=max(max_T, min_prompt + 1), min_prompt=min_prompt)
+    if cp["layout"] == "bshd" and "max_seq_len" not in refused_options(src) and src.boolean():
+        # slime's max_seq_len: every row cut by S >= T instead of the padded width T (drawn after the
+        # batch, so the batch is the one drawn without it); S = T + 2C always changes the chunk size
+        cp["max_seq_len"] = len(ex["inputs"]["mask"][0]) + 2 * cp["cp_size"]
+        note_drawn(src, "max_seq_len")
     ex["cp"] = cp
     return ex
 
 
 def _owner(ex):
     cp = ex["cp"]
-    ranks, _, _ = ref_dist.cp_owner_map(ex["inputs"]["mask"], cp["cp_size"], cp["layout"], cp["ownership"], None)
+    ranks, _, _ = ref_dist.cp_owner_map(ex["inputs"]["mask"], cp["cp_size"], cp["layout"], cp["ownership"], None,
+                                        max_seq_len=cp.get("max_seq_len"))
     return ranks
 
 
@@ -149,7 +155,8 @@ def _sum_nested(items):
 def _cp_reference(fid, ex):
     masks = _rank_masks(ex)
     inputs, params, cp = ex["inputs"], ex["params"], ex["cp"]
-    label = f"{fid} cp_size={cp['cp_size']} {cp['layout']} ownership={cp['ownership']}"
+    label = (f"{fid} cp_size={cp['cp_size']} {cp['layout']} ownership={cp['ownership']}"
+             + (f" max_seq_len={cp['max_seq_len']}" if cp.get("max_seq_len") is not None else ""))
     if fid in AGGREGATORS:
         whole = ref(fid, inputs, params)
         fparams = full_denominator_params(fid, inputs, params)
@@ -173,7 +180,8 @@ def _cp_reference(fid, ex):
 def _cp_adapter(ctx, fid, ex):
     torch = _torch()
     inputs, params, cp = ex["inputs"], ex["params"], ex["cp"]
-    label = f"{fid} cp_size={cp['cp_size']} {cp['layout']} ownership={cp['ownership']}"
+    label = (f"{fid} cp_size={cp['cp_size']} {cp['layout']} ownership={cp['ownership']}"
+             + (f" max_seq_len={cp['max_seq_len']}" if cp.get("max_seq_len") is not None else ""))
     r = ref(fid, inputs, params)
     family = REGISTRY[fid].family
     if fid in AGGREGATORS:
@@ -206,6 +214,10 @@ def _cp_adapter(ctx, fid, ex):
     # a loss recipe: its terms reduced by the adapter's dist.cp_reduce with the recipe's aggregator
     _need(ctx, fid, "dist.cp_reduce")
     aggregator, agg_params = recipe_aggregator(fid, params)
+    cp_params = {**cp, "aggregator": aggregator, "agg_params": agg_params or None}
+    admit(ctx, fid, inputs, params)
+    admit(ctx, "dist.cp_reduce", {k: v for k, v in (("values", r.get("terms")), ("mask", inputs["mask"]),
+                                                   ("group_ids", inputs.get("group_ids"))) if v is not None}, cp_params)
     tensors = _tensors(ctx, fid, inputs)
     with torch.enable_grad():
         out = ctx.adapter.call(fid, tensors, dict(params))
@@ -214,7 +226,7 @@ def _cp_adapter(ctx, fid, ex):
         cp_in = {"values": out["terms"], "mask": tensors["mask"]}
         if aggregator == "agg.prompt_mean":
             cp_in["group_ids"] = tensors["group_ids"]
-        cpo = ctx.adapter.call("dist.cp_reduce", cp_in, {**cp, "aggregator": aggregator, "agg_params": agg_params or None})
+        cpo = ctx.adapter.call("dist.cp_reduce", cp_in, cp_params)
         partials = cpo["partials"]
         (g,) = torch.autograd.grad(partials.sum(), [tensors["logprobs"]])
     compare(ctx, f"{label}: {fid} loss", out["loss"], r["loss"], _s(r, "loss"), family)

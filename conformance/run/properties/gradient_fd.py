@@ -38,7 +38,7 @@ def _fd_formulas():
 
 
 def _fd_build(src, fid):
-    ex = formula_example(src, fid, max_B=3, max_T=4, junk=True)
+    ex = formula_example(src, fid, max_B=3, max_T=4, junk=True, options=True)
     return ex
 
 

@@ -12,7 +12,7 @@ def _relabel_formulas():
 
 
 def _relabel_build(src, fid):
-    ex = formula_example(src, fid, max_B=6)
+    ex = formula_example(src, fid, max_B=6, options=True)
     labels = sorted(set(ex["inputs"]["group_ids"]))
     # an injective, order-reversing, sparse map (negative ids included)
     new = {g: 1000 - 37 * k - src.integer(0, 5) * 1000 for k, g in enumerate(labels)}

@@ -47,7 +47,7 @@ def _pad(fid, inputs, k, src):
 
 
 def _padding_build(src, fid):
-    ex = formula_example(src, fid)
+    ex = formula_example(src, fid, options=True)
     ex["pad"] = src.integer(1, 3)
     ex["padded"] = _pad(fid, ex["inputs"], ex["pad"], src)
     return ex

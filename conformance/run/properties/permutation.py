@@ -17,7 +17,7 @@ def _permute(fid, inputs, perm):
 
 
 def _perm_build(src, fid):
-    ex = formula_example(src, fid, max_B=5)
+    ex = formula_example(src, fid, max_B=5, options=True)
     B = len(next(iter(v for k, v in ex["inputs"].items() if k in _seq_inputs(fid, ex["inputs"]))))
     perm = list(range(B))
     for k in range(B - 1, 0, -1):
