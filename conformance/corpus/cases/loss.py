@@ -312,6 +312,16 @@ def edges(fid):
              dict(ext200, ref_logprobs=ext200["logprobs"], advantages=[1.0, 1.0, -1.0, -1.0]),
              {"beta": 0.25, "kl_estimator": "k3_unbiased"}),
     ]
+    if fid != "loss.vespo":     # VESPO folds its IS weight in itself (no is_level)
+        out += [
+            case(fid, "all-masked-is-token", "edge",
+                 "no token counts anywhere, with token IS truncation (is_level token): loss 0, gradient 0 (the IS "
+                 "correction has no token to weigh)", dict(base, mask=NONE), {**p0, "is_level": "token"}),
+            case(fid, "is-token-mask-rejects-all", "edge",
+                 "token IS masking (IcePop) with the band [1.5, 2]: every rho = e^(l_old - l_mu) <= e^0.25 = 1.28 is "
+                 "rejected, so every policy term is 0 (the tokens stay in the denominator): loss 0, gradient 0",
+                 base, {**p0, "is_level": "token", "is_mode": "mask", "is_c_min": 1.5, "is_c_max": 2.0}),
+        ]
     if fid in CLAMP_NAME:
         name = CLAMP_NAME[fid]
         value = 10.0 if fid in ("loss.gspo", "loss.vespo") else 20.0
