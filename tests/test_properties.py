@@ -341,3 +341,24 @@ def test_an_example_a_capability_refuses_outright_is_left_out_and_a_row_of_them_
     assert 0 < part.examples < whole.examples and "outside what the adapter takes" in part.message
     (none,) = P.run_properties(capable(["no such form"]), "float64", "cpu", "surrogate.cispo", properties="prop.clamp")
     assert none.outcome == "not-applicable" and "one cap form" in none.message and none.declaration
+
+
+def test_the_clamp_checks_read_only_the_outputs_the_adapter_gives():
+    """An adapter whose CISPO returns the loss and not the weight (NeMo-RL, slime) is checked on what it
+    returns: the weight's bounds are skipped, the zero gradient on the clamped side still checked."""
+    from pgspec.adapters.base import Adapter
+    from pgspec.adapters.torch import surrogate
+
+    def no_weight(broken):
+        def cispo(inputs, params):
+            out = surrogate.IMPLEMENTATIONS["surrogate.cispo"](inputs, params)
+            out.pop("weight")
+            if broken:      # the clipped weight left differentiable: a gradient on the clamped side
+                out["loss"] = out["loss"] * (inputs["logprobs"] - inputs["logprobs"].detach() + 1)
+            return out
+        return Adapter("cispo-loss-only", "test", "0", implementations={"surrogate.cispo": cispo})
+
+    (res,) = P.run_properties(no_weight(False), "float64", "cpu", "surrogate.cispo", properties="prop.clamp")
+    assert res.outcome == "pass", res.message
+    (res,) = P.run_properties(no_weight(True), "float64", "cpu", "surrogate.cispo", properties="prop.clamp")
+    assert res.outcome == "fail", res.message
