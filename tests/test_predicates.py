@@ -126,3 +126,35 @@ def test_ratio_near_clip_bound_leaves_out_an_exact_ratio_at_an_exact_bound():
     assert not predicates.ratio_near_clip_bound(case(0.0, 0))        # exp(0) = 1 = 1 -+ 0: exact in every dtype
     assert predicates.ratio_near_clip_bound(case(2.0 ** -10, 0))     # 1 + 2^-10 rounds to 1 in bfloat16
     assert predicates.ratio_near_clip_bound(case(0.0, 2.0 ** -9))    # the bound 1 + 2^-9 rounds to 1
+
+
+def test_is_mask_keeps_nothing_reads_a_recipes_icepop_band():
+    batch = dict(logprobs=[[-1.0, -1.0]], old_logprobs=[[-1.0, -1.5]], sampler_logprobs=[[-1.25, -1.5]],
+                 mask=[[True, True]], advantages=[1.0])          # token rho = e^0.25, e^0 = 1.284, 1
+    band = {"is_level": "token", "is_mode": "mask", "is_c_min": 1.5, "is_c_max": 2.0}
+    assert predicates.is_mask_keeps_nothing(_case("loss.grpo", band, **batch))
+    assert not predicates.is_mask_keeps_nothing(_case("loss.grpo", dict(band, is_c_min=1.25), **batch))  # e^0.25 kept
+    assert not predicates.is_mask_keeps_nothing(_case("loss.grpo", dict(band, is_mode="truncate"), **batch))
+    assert not predicates.is_mask_keeps_nothing(_case("loss.grpo", {}, **batch))
+    # the sequence's rho is the product e^0.25 (kept by [1.25, 2]); the geometric mean e^0.125 is not
+    seq = dict(band, is_c_min=1.25)
+    assert not predicates.is_mask_keeps_nothing(_case("loss.grpo", dict(seq, is_level="sequence"), **batch))
+    assert predicates.is_mask_keeps_nothing(_case("loss.grpo", dict(seq, is_level="geometric"), **batch))
+    # an all-masked batch rejects nothing: it has no token to reject
+    assert not predicates.is_mask_keeps_nothing(_case("loss.grpo", band, **dict(batch, mask=[[False, False]])))
+
+
+def test_is_mask_keeps_nothing_reads_the_inputs_of_a_case_stored_at_positions():
+    old, sampler = [[-1.0, -1.5]], [[-1.25, -1.5]]           # sequence log rho 0.25: rho = 1.284
+    c = _case("is.sequence.mask", {"c_min": 1.5, "c_max": 2.0}, old_logprobs=old, sampler_logprobs=sampler,
+              mask=[[True, True]])
+    assert predicates.is_mask_keeps_nothing(c)
+    c = _case("is.sequence.mask", {"c_min": 1.25, "c_max": 2.0}, old_logprobs=old, sampler_logprobs=sampler,
+              mask=[[True, True]])
+    assert not predicates.is_mask_keeps_nothing(c)
+    # the generated scale case verl crashes on: its sequence ratio 10.485 is outside the default band [0.5, 5]
+    from pgspec.conformance.corpus import golden
+
+    (scale,) = [x for x in golden.load_all() if x["id"] == "is.sequence.mask/scale-32768"]
+    assert scale.get("positions") and predicates.is_mask_keeps_nothing(scale)
+    assert not predicates.is_mask_keeps_nothing(dict(scale, params={"c_max": 20.0}))

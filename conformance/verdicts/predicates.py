@@ -470,14 +470,29 @@ def logits_exceed_entropy(case: dict) -> bool:
 
 
 def is_mask_keeps_nothing(case: dict) -> bool:
-    """The case is an ``is.*.mask`` case whose expected ``keep`` (the reference's) is false at every
-    unmasked position of the batch, while some position is unmasked: the mask rejects every token."""
-    if not str(case.get("formula", "")).startswith("is.") or not str(case.get("formula")).endswith(".mask"):
+    """An IcePop mask rejects every token while some position is unmasked: an ``is.*.mask`` case whose
+    expected ``keep`` (the reference's) is false at every unmasked position (a case that stores its
+    outputs at sampled positions only, as the generated scale cases, is read from its inputs), or a ``loss.*`` case with
+    ``is_level`` token, sequence or geometric and ``is_mode`` mask, whose every IS ratio rho (the
+    token's e^(l_old - l_mu), the sequence's product or geometric mean over its unmasked tokens, the
+    log-ratio clamped by the log-ratio clamp where set) lies outside the kept band."""
+    f = str(case.get("formula", ""))
+    if f.startswith("loss."):
+        p = _params(case)
+        if p.get("is_level", "none") == "none" or p.get("is_mode") != "mask":
+            return False
+        return _icepop_rejects_all(case, p["is_level"], p.get("is_c_min"), p.get("is_c_max"),
+                                   p.get("is_log_ratio_clamp"))
+    if not f.startswith("is.") or not f.endswith(".mask"):
         return False
     keep = (case.get("outputs") or {}).get("keep")
     mask = _mask(case)
-    if not isinstance(keep, list) or not isinstance(mask, list):
+    if not isinstance(mask, list):
         return False
+    if not isinstance(keep, list) or case.get("positions") is not None:
+        # no keep per token: a generated scale case stores its outputs at sampled positions only
+        p = _params(case)
+        return _icepop_rejects_all(case, f.split(".")[1], p.get("c_min"), p.get("c_max"), p.get("log_ratio_clamp"))
     seen = False
     for krow, mrow in zip(keep, mask):
         for k, m in zip(_rows(krow), _rows(mrow)):
@@ -486,6 +501,31 @@ def is_mask_keeps_nothing(case: dict) -> bool:
                 if k not in (False, 0, "0", "false", "False", 0.0):
                     return False
     return seen
+
+
+def _icepop_rejects_all(case: dict, level: str, lo, hi, clamp) -> bool:
+    """Every IS ratio of ``level`` (token, sequence, geometric) outside [lo, hi] (None: unbounded),
+    and at least one ratio (some token unmasked)."""
+    ins = inputs_of(case)
+    old, sampler, mask = ins.get("old_logprobs"), ins.get("sampler_logprobs"), ins.get("mask")
+    if not (isinstance(old, list) and isinstance(sampler, list) and isinstance(mask, list)):
+        return False
+    logs = []          # log rho of every unmasked token (token level) or every non-empty sequence
+    for orow, srow, mrow in zip(old, sampler, mask):
+        d = [_real(o) - _real(q) for o, q, m in zip(_rows(orow), _rows(srow), _rows(mrow)) if m]
+        if level == "token":
+            logs += d
+        elif d:
+            logs.append(math.fsum(d) / (len(d) if level == "geometric" else 1))
+    if not logs:
+        return False
+    for x in logs:
+        if clamp is not None:
+            x = min(max(x, -_real(clamp)), _real(clamp))
+        rho = math.exp(x) if x < 709 else math.inf
+        if (lo is None or rho >= _real(lo)) and (hi is None or rho <= _real(hi)):
+            return False   # kept
+    return True
 
 
 def _k3_estimate(case: dict):

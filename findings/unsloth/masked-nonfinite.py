@@ -1,7 +1,7 @@
 """Unsloth grpo_compute_loss: padding changes the loss when per-token advantages hold NaN at a padded position (the corpus cases)
 
 The corpus cases loss.*/masked-nan-advantage (NaN per-token advantages at masked positions), found by
-pgspec fuzz: the same root cause as the property rows of findings/unsloth/masked-nonfinite-props.py.
+pgspec fuzz; the same rule covers the property rows (prop.padding, prop.permutation, prop.gradient_fd).
 
 Framework: unsloth-zoo 2026.10.9, unsloth_zoo.rl_replacements.grpo_compute_loss with [B, T] (per-token)
 advantages, which it accepts (only [B] advantages are unsqueezed); every loss_type; torch 2.13.0.
