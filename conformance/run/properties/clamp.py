@@ -121,6 +121,16 @@ def _plan(fid, ex) -> list:
     return plan
 
 
+def _kl_log_ratios(p, rows, mask, d):
+    """(i, t, x, x clamped to [log_ratio_min, log_ratio_max]) at every unmasked token, x = l_ref - l."""
+    a, b = p.get("log_ratio_min"), p.get("log_ratio_max")
+    for i in rows:
+        for t, m in enumerate(mask[i]):
+            if m:
+                x = d(i, t, "ref_logprobs", "logprobs")
+                yield i, t, x, (min(max(x, mpf(a)), mpf(b)) if a is not None else x)
+
+
 def _make_plan(fid, ex) -> list:
     p, inputs = ex["params"], ex["inputs"]
     mask = inputs["mask"]
@@ -170,20 +180,15 @@ def _make_plan(fid, ex) -> list:
     elif fid in ("kl.k1", "kl.k2", "kl.k3", "kl.abs"):
         a, b = p.get("log_ratio_min"), p.get("log_ratio_max")
         lo, hi = p.get("output_min"), p.get("output_max")
-        for i in rows:
-            for t, m in enumerate(mask[i]):
-                if not m:
-                    continue
-                x = d(i, t, "ref_logprobs", "logprobs")
-                xc = min(max(x, mpf(a)), mpf(b)) if a is not None else x
-                want = _kl_estimate(fid, xc)
-                if lo is not None:
-                    want = min(max(want, mpf(lo)), mpf(hi))
-                text = (f"at x = {_fmt(x)}, but the clamp of x to [{a}, {b}] comes first: {fid} of the clamped x"
-                        f"{' then clamped to the output bounds' if lo is not None else ''} is {_fmt(want)}")
-                plan.append(("kl", None, i, t, want, text))
-                if (a is not None and (x < mpf(a) or x > mpf(b))) or (lo is not None and not (mpf(lo) < want < mpf(hi))):
-                    plan.append(("zero", f"kl[{i}][{t}]", i, t))
+        for i, t, x, xc in _kl_log_ratios(p, rows, mask, d):
+            want = _kl_estimate(fid, xc)
+            if lo is not None:
+                want = min(max(want, mpf(lo)), mpf(hi))
+            text = (f"at x = {_fmt(x)}, but the clamp of x to [{a}, {b}] comes first: {fid} of the clamped x"
+                    f"{' then clamped to the output bounds' if lo is not None else ''} is {_fmt(want)}")
+            plan.append(("kl", None, i, t, want, text))
+            if (a is not None and (x < mpf(a) or x > mpf(b))) or (lo is not None and not (mpf(lo) < want < mpf(hi))):
+                plan.append(("zero", f"kl[{i}][{t}]", i, t))
     elif fid == "surrogate.ppo_clip":
         el, eh = mpf(p["eps_low"]), mpf(p["eps_high"])
         for i in rows:
@@ -228,27 +233,22 @@ def _make_plan(fid, ex) -> list:
     elif fid in ("kl.k3_straight_through", "kl.k3_unbiased"):
         a, b = p.get("log_ratio_min"), p.get("log_ratio_max")
         lo, hi = p.get("output_min"), p.get("output_max")
-        for i in rows:
-            for t, m in enumerate(mask[i]):
-                if not m:
-                    continue
-                x = d(i, t, "ref_logprobs", "logprobs")
-                xc = min(max(x, mpf(a)), mpf(b)) if a is not None else x
-                if fid == "kl.k3_straight_through":   # value k3 of the clamped x, gradient k2' (never 0 by clamping)
-                    want = _kl_estimate("kl.k3", xc)
-                    if lo is not None:
-                        want = min(max(want, mpf(lo)), mpf(hi))
-                    plan.append(("kl", None, i, t, want, f"at x = {_fmt(x)}: k3 of the clamped x "
-                                 f"(clamped to [{a}, {b}], then to [{lo}, {hi}]) is {_fmt(want)}"))
-                    continue
-                if lo is not None or hi is not None:   # unbounded: w = e^200 may overflow, as the reference's value
-                    plan.append(("within", f"kl[{i}][{t}]", "kl", i, t, mpf(lo) if lo is not None else None,
-                                 mpf(hi) if hi is not None else None))
-                w = exp(d(i, t))
-                y = w * _kl_estimate("kl.k3", xc)
-                if (xc != x and p.get("sg_ratio_where_clamped", True)) or \
-                        (lo is not None and not (mpf(lo) < y < mpf(hi))):
-                    plan.append(("zero", f"kl[{i}][{t}]", i, t))
+        for i, t, x, xc in _kl_log_ratios(p, rows, mask, d):
+            if fid == "kl.k3_straight_through":   # value k3 of the clamped x, gradient k2' (never 0 by clamping)
+                want = _kl_estimate("kl.k3", xc)
+                if lo is not None:
+                    want = min(max(want, mpf(lo)), mpf(hi))
+                plan.append(("kl", None, i, t, want, f"at x = {_fmt(x)}: k3 of the clamped x "
+                             f"(clamped to [{a}, {b}], then to [{lo}, {hi}]) is {_fmt(want)}"))
+                continue
+            if lo is not None or hi is not None:   # unbounded: w = e^200 may overflow, as the reference's value
+                plan.append(("within", f"kl[{i}][{t}]", "kl", i, t, mpf(lo) if lo is not None else None,
+                             mpf(hi) if hi is not None else None))
+            w = exp(d(i, t))
+            y = w * _kl_estimate("kl.k3", xc)
+            if (xc != x and p.get("sg_ratio_where_clamped", True)) or \
+                    (lo is not None and not (mpf(lo) < y < mpf(hi))):
+                plan.append(("zero", f"kl[{i}][{t}]", i, t))
     elif fid == "surrogate.cispo":
         if p.get("cap_form") == "absolute":
             lo, hi = None, mpf(p["eps_high"])
