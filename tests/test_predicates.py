@@ -158,3 +158,40 @@ def test_is_mask_keeps_nothing_reads_the_inputs_of_a_case_stored_at_positions():
     (scale,) = [x for x in golden.load_all() if x["id"] == "is.sequence.mask/scale-32768"]
     assert scale.get("positions") and predicates.is_mask_keeps_nothing(scale)
     assert not predicates.is_mask_keeps_nothing(dict(scale, params={"c_max": 20.0}))
+
+
+def test_k3_unbiased_gradient_cancels_where_e_to_the_x_dwarfs_x():
+    def case(x, lw=0.0, params=None, mask=True, formula="kl.k3_unbiased", **extra):
+        # one token with x = ref - l and w = e^lw (l - l_old = lw)
+        return _case(formula, params, logprobs=[[-1.0]], old_logprobs=[[-1.0 - lw]], ref_logprobs=[[-1.0 + x]],
+                     mask=[[mask]], **extra)
+
+    p, p64 = predicates.k3_unbiased_gradient_cancels, predicates.k3_unbiased_gradient_cancels_beyond_float32
+    # small |x|: e^x - 1 (from e^x, or expm1(x) + 1) rounds at 1 while the result is about |x|
+    for x in (2.0 ** -30, 1 / 64, -1 / 64, 0.0625, -0.05):
+        assert p(case(x)), x
+    # |x| of order 1, and every x < -0.06: neither term is much larger than -w x
+    for x in (0.125, -0.125, 0.5, -0.5, 1.0, 4.0, -20.0, -200.0):
+        assert not p(case(x)), x
+    # large x: w k3 and w (e^x - 1) of size w e^x
+    for x in (4.5, 20.0, 88.0, 200.0):
+        assert p(case(x)), x
+    assert not p(case(0.0))                                       # x = 0: k3 = 0 and e^0 - 1 = 0 exactly
+    assert not p(case(1 / 64, mask=False))                        # a masked token is not looked at
+    assert not p(case(20.0, params={"log_ratio_max": 10}))         # clamped: gradient w k3(10) or 0
+    assert p(case(20.0, params={"log_ratio_max": 20}))             # on the closed bound: still differentiated
+    assert not p(case(5.0, params={"output_max": 10}))             # w k3(5) = 142.4 clamped: gradient 0
+    assert p(case(5.0, lw=-5.0, params={"output_max": 10}))        # w k3(5) = 0.96 is not
+    assert not p(case(1 / 64, params={"output_min": 0.25}))        # raised to the floor: gradient 0
+    assert not p(case(float("nan")))
+    assert not p(case(1 / 64, formula="kl.k3"))                   # no importance weight, no product rule
+    # a loss.* KL term of kl_estimator k3_unbiased with beta > 0, its clamps named kl_*
+    loss = dict(formula="loss.grpo", advantages=[1.0])
+    assert p(case(1 / 64, params={"kl_estimator": "k3_unbiased", "beta": 0.04}, **loss))
+    assert not p(case(1 / 64, params={"kl_estimator": "k3_unbiased", "beta": 0}, **loss))
+    assert not p(case(1 / 64, params={"kl_estimator": "k3", "beta": 0.04}, **loss))
+    assert not p(case(20.0, params={"kl_estimator": "k3_unbiased", "beta": 0.04, "kl_log_ratio_max": 10}, **loss))
+    # beyond float32's tolerance even when computed in float64: e^x / |x| > 2^33, x above 26.1
+    assert p64(case(88.0)) and p64(case(26.5)) and p64(case(200.0))
+    assert not p64(case(26.0)) and not p64(case(20.0)) and not p64(case(2.0 ** -30))
+    assert {"k3_unbiased_gradient_cancels", "k3_unbiased_gradient_cancels_beyond_float32"} <= set(predicates.predicates())

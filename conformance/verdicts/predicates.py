@@ -673,3 +673,60 @@ def nonfinite_or_overflowing_masked(case: dict) -> bool:
     above 1e30 (a product with it overflows float32, whose largest value is 3.4e38): junk that a
     framework computing at every position turns into inf, and inf times its zero mask into NaN."""
     return nonfinite_masked(case) or masked_log_ratio_overflows(case) or _huge_masked(case)
+
+
+def k3_unbiased_gradient_cancels(case: dict) -> bool:
+    """The case computes the importance-weighted k3 (kl.k3_unbiased, or a loss.* KL term with
+    ``kl_estimator`` k3_unbiased and beta > 0), and at some unmasked position x = ref_logprobs -
+    logprobs is not 0, lies inside the case's KL input clamp (a clamped x has the gradient w k3(bound)
+    or 0), gives a weighted value w k3(x), w = e^(logprobs - old_logprobs), inside the case's value
+    clamp (a clamped value has gradient 0), and e^x > 16 |x| (|x| below about 1/16, or x above 4.2).
+    There the gradient -w x = w (logprobs - ref_logprobs), formed by autograd as the sum of its two
+    paths w k3(x) - w (e^x - 1), takes e^x (or e^x - 1 from it) in terms of size about w e^x and
+    keeps only a fraction |x| / e^x of their relative accuracy: more error than the tolerance (K = 4
+    times a scale of about 5 |w x|) admits, for a worst-case rounding, once e^x / |x| passes 16."""
+    return _k3_unbiased_cancels(case, 16.0)
+
+
+def k3_unbiased_gradient_cancels_beyond_float32(case: dict) -> bool:
+    """``k3_unbiased_gradient_cancels`` with e^x > 2^33 |x| (x above about 26.1) in place of 16 |x|: the
+    accuracy a float64 computation of that gradient loses, e^x / |x| times float64's unit roundoff,
+    exceeds what float32's tolerance admits (2^33 = 16 times float32's unit roundoff over float64's,
+    2^29): a float64 result that a framework's float32 convention (``within = "float32"``) can no
+    longer absorb."""
+    return _k3_unbiased_cancels(case, 2.0 ** 33)
+
+
+def _k3_unbiased_cancels(case: dict, factor: float) -> bool:
+    f = str(case.get("formula", ""))
+    p = _params(case)
+    if f == "kl.k3_unbiased":
+        pre = ""
+    elif f.startswith("loss.") and p.get("kl_estimator") == "k3_unbiased" and \
+            _real(p.get("beta") if p.get("beta") is not None else 0) > 0:
+        pre = "kl_"
+    else:
+        return False
+    lo, hi = p.get(pre + "log_ratio_min"), p.get(pre + "log_ratio_max")
+    omin, omax = p.get(pre + "output_min"), p.get(pre + "output_max")
+    ins = inputs_of(case)
+    lp, old, ref, mask = (ins.get(k) for k in ("logprobs", "old_logprobs", "ref_logprobs", "mask"))
+    if not all(isinstance(v, list) for v in (lp, old, ref, mask)):
+        return False
+    for r1, r0, r2, mrow in zip(lp, old, ref, mask):
+        for a, o, b, m in zip(_rows(r1), _rows(r0), _rows(r2), _rows(mrow)):
+            x, lw = _real(b) - _real(a), _real(a) - _real(o)
+            if not m or not math.isfinite(x) or not math.isfinite(lw) or x == 0:
+                continue
+            if (lo is not None and x < _real(lo)) or (hi is not None and x > _real(hi)):
+                continue
+            if x - math.log(abs(x)) <= math.log(factor):     # e^x / |x| <= factor
+                continue
+            if omin is not None or omax is not None:
+                k3 = x * x / 2 * (1 + x / 3) if abs(x) < 1e-4 else (math.expm1(x) - x if x < 700 else math.inf)
+                log_v = lw + (math.log(k3) if k3 < math.inf else x)     # w k3(x) > 0, in log space
+                v = math.exp(log_v) if log_v < 700 else math.inf
+                if (omax is not None and v > _real(omax)) or (omin is not None and v < _real(omin)):
+                    continue
+            return True
+    return False

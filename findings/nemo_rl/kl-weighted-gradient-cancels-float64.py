@@ -16,7 +16,7 @@ The float32 finding (findings/nemo_rl/kl-weighted-gradient-cancels.py) at float6
 Fix: give the product its exact derivative with a straight-through form (value w k3, gradient -w x, no
 e^x formed twice): `kl = (w * k3).detach() + (-(w * x)).detach() * (curr - curr.detach())` for the
 on-policy weight w = exp(curr - gen), x = ref - curr (unclamped; where the input clamp binds, 0 as now).
-pgspec rule: adapters/nemo_rl/deviations.toml, cause cancellation ("kl.k3_unbiased/log-ratio-200, trl-3015-float32-overflow; float64").
+pgspec rule: adapters/nemo_rl/deviations.toml, cause cancellation (kl.k3_unbiased where `k3_unbiased_gradient_cancels_beyond_float32`: e^x > 2^33 |x| at a token; float64).
 
 Run: python findings/nemo_rl/kl-weighted-gradient-cancels-float64.py /path/to/NeMo-RL  (or FINDINGS_SOURCE=/path/to/NeMo-RL). Exit 0: the
 bug reproduces; 1: fixed; 2: could not run. NeMo-RL's loss code is not pip-installable (PyPI's nemo-rl is

@@ -15,7 +15,7 @@ size e^20 whose exact sum is -x. At x = 88 it gives 0, and past 88.7 NaN (inf - 
 Fix: give the product its exact derivative with a straight-through form (value w k3, gradient -w x, no
 e^x formed twice): `kl = (w * k3).detach() + (-(w * x)).detach() * (curr - curr.detach())` for the
 on-policy weight w = exp(curr - gen), x = ref - curr (unclamped; where the input clamp binds, 0 as now).
-pgspec rule: adapters/nemo_rl/deviations.toml, cause cancellation ("kl.k3_unbiased/log-ratio-20, log-ratio-200, bounds-inclusive, trl-3015-float32-overflow; float32 and bfloat16").
+pgspec rule: adapters/nemo_rl/deviations.toml, cause cancellation (kl.k3_unbiased where `k3_unbiased_gradient_cancels`: e^x > 16 |x| at a token; float32 and bfloat16).
 
 Run: python findings/nemo_rl/kl-weighted-gradient-cancels.py /path/to/NeMo-RL  (or FINDINGS_SOURCE=/path/to/NeMo-RL). Exit 0: the
 bug reproduces; 1: fixed; 2: could not run. NeMo-RL's loss code is not pip-installable (PyPI's nemo-rl is

@@ -31,6 +31,8 @@ TINY = {"logprobs": [[-2.0 ** -20, 0.0, -2.0 ** -30, 0.0]], "ref_logprobs": [[0.
         "mask": [[True] * 4]}
 # x = 88 (e^88 = 1.65e38 fits float32) and x = 89 (e^89 = 4.49e38 does not)
 X88 = {"logprobs": [[-88.0, -89.0]], "ref_logprobs": [[0.0, 0.0]], "mask": [[True, True]]}
+# 1.765625 * 2^127 = 3.004e38: bfloat16-exact, finite in float32, its square overflows float32 and bfloat16
+BIG = 1.765625 * 2.0 ** 127
 DIRTY = {"logprobs": [[-1.0, "nan", "inf", -2.0]], "ref_logprobs": [[-1.5, "-inf", "nan", "inf"]],
          "mask": [[True, False, False, False]]}
 
@@ -162,6 +164,13 @@ def _estimator_cases(fid):
                         "the k2 gradient is l - l_ref = -x = (0.5, -1), not the k1 gradient 1 (NeMo-RL PR #2506: before the "
                         "fix the KL gradient omitted the score-function term and k2 behaved like k1)",
                         TWO, links=(ISSUES["nemo2506"],)))
+        out.append(Case("kl.k2/masked-overflowing-square", fid, "edge",
+                        "masked tokens with finite log-probs whose square overflows the low-precision dtypes: "
+                        "x = +-3.004e38 (bfloat16-exact and finite in float32 and bfloat16, where "
+                        "x^2 overflows to inf, while float64's x^2/2 = 4.5e76 is finite): masked, they must reach no "
+                        "output or gradient (the unmasked token has x = -0.5: k2 = 0.125, gradient 0.5)",
+                        {"logprobs": [[-1.0, -BIG, 0.0]], "ref_logprobs": [[-1.5, 0.0, -BIG]],
+                         "mask": [[True, False, False]]}))
     if fid == "kl.k3":
         out += [
             Case("kl.k3/trl-3015-float32-overflow", fid, "regression",
