@@ -195,3 +195,26 @@ def test_k3_unbiased_gradient_cancels_where_e_to_the_x_dwarfs_x():
     assert p64(case(88.0)) and p64(case(26.5)) and p64(case(200.0))
     assert not p64(case(26.0)) and not p64(case(20.0)) and not p64(case(2.0 ** -30))
     assert {"k3_unbiased_gradient_cancels", "k3_unbiased_gradient_cancels_beyond_float32"} <= set(predicates.predicates())
+
+
+def test_k3_unbiased_beyond_20_or_10_unclamped_is_where_always_on_clamps_bind():
+    def case(x, lw=0.0, params=None, mask=True):
+        return _case("kl.k3_unbiased", params, logprobs=[[-1.0]], old_logprobs=[[-1.0 - lw]],
+                     ref_logprobs=[[-1.0 + x]], mask=[[mask]])
+
+    p = predicates.k3_unbiased_beyond_20_or_10_unclamped
+    assert p(case(20.5)) and p(case(-20.5))                        # x beyond 20
+    assert not p(case(-20.5, params={"log_ratio_min": -20, "output_max": 10}))   # the case clamps both itself
+    assert p(case(-20.5, params={"log_ratio_min": -20}))           # clamped to -20: k3(-20) = 19 + e^-20 > 10
+    assert p(case(-20.0, lw=20.0))                                 # w k3(-20) = e^20 (19 + e^-20) > 10
+    assert p(case(-25.0, lw=-3.0))                                 # x beyond -20 although w k3 = 1.19
+    assert not p(case(-25.0, lw=-3.0, params={"log_ratio_min": -20}))
+    assert not p(case(20.0, lw=-20.0))                             # w k3(20) = 1 - 21 e^-20 < 10: the fuzz example
+    assert p(case(20.0))                                           # k3(20) = 4.9e8
+    assert not p(case(20.0, params={"output_max": 10}))            # the case clamps the value itself
+    assert p(case(3.0)) and not p(case(2.0))                        # k3(3) = 16.1, k3(2) = 4.4
+    assert not p(case(1 / 64)) and not p(case(0.0)) and not p(case(30.0, mask=False))
+    loss = _case("loss.grpo", {"kl_estimator": "k3_unbiased", "beta": 0.04}, logprobs=[[-1.0]],
+                 old_logprobs=[[-1.0]], ref_logprobs=[[24.0]], mask=[[True]], advantages=[1.0])
+    assert p(loss)
+    assert "k3_unbiased_beyond_20_or_10_unclamped" in predicates.predicates()

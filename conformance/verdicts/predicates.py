@@ -730,3 +730,41 @@ def _k3_unbiased_cancels(case: dict, factor: float) -> bool:
                     continue
             return True
     return False
+
+
+def k3_unbiased_beyond_20_or_10_unclamped(case: dict) -> bool:
+    """The case computes the importance-weighted k3 (kl.k3_unbiased, or a loss.* KL term with
+    ``kl_estimator`` k3_unbiased and beta > 0), and at some unmasked position x = ref_logprobs -
+    logprobs lies beyond 20 in magnitude on a side the case's KL input clamp leaves open, or the
+    weighted value w k3(x) (x after the case's input clamp, w = e^(logprobs - old_logprobs)) exceeds
+    10 where the case sets no upper value clamp: where a framework's always-on clamps of x to
+    [-20, 20] and of the value to [-10, 10] bind."""
+    f = str(case.get("formula", ""))
+    p = _params(case)
+    if f == "kl.k3_unbiased":
+        pre = ""
+    elif f.startswith("loss.") and p.get("kl_estimator") == "k3_unbiased" and \
+            _real(p.get("beta") if p.get("beta") is not None else 0) > 0:
+        pre = "kl_"
+    else:
+        return False
+    lo, hi, omax = p.get(pre + "log_ratio_min"), p.get(pre + "log_ratio_max"), p.get(pre + "output_max")
+    ins = inputs_of(case)
+    lp, old, ref, mask = (ins.get(k) for k in ("logprobs", "old_logprobs", "ref_logprobs", "mask"))
+    if not all(isinstance(v, list) for v in (lp, old, ref, mask)):
+        return False
+    for r1, r0, r2, mrow in zip(lp, old, ref, mask):
+        for a, o, b, m in zip(_rows(r1), _rows(r0), _rows(r2), _rows(mrow)):
+            x, lw = _real(b) - _real(a), _real(a) - _real(o)
+            if not m or math.isnan(x) or math.isnan(lw):
+                continue
+            if (x > 20 and hi is None) or (x < -20 and lo is None):
+                return True
+            x = max(x, _real(lo)) if lo is not None else x
+            x = min(x, _real(hi)) if hi is not None else x
+            if omax is not None or x == 0:
+                continue
+            k3 = x * x / 2 * (1 + x / 3) if abs(x) < 1e-4 else (math.expm1(x) - x if x < 700 else math.inf)
+            if lw + (math.log(k3) if k3 < math.inf else x) > math.log(10):       # w k3(x) > 10
+                return True
+    return False
