@@ -305,3 +305,26 @@ def test_a_damaged_property_reference_entry_is_a_miss(tmp_path, monkeypatch, how
         _replace(path, how)
     with no_hang():
         assert C._disk_get(key) is None
+
+
+@pytest.mark.parametrize("value, why", [(0.1, "not exactly representable in bfloat16"),
+                                        ("-1.0009765625", "not exactly representable in bfloat16")])
+def test_a_case_definition_the_corpus_cannot_hold_is_exit_2(monkeypatch, capsys, tmp_path, value, why):
+    """A contributor's case with a real input that is not bfloat16-exact: `pgspec golden generate`
+    names the case and the input and exits 2, writing nothing (it was an internal error, exit 3)."""
+    from pgspec.conformance.cli import main
+    from pgspec.conformance.corpus import cases as case_defs
+    from pgspec.conformance.corpus import golden
+
+    (ok,) = [c for c in case_defs.all_cases() if c.id == "kl.k1/log-ratio-20"]
+    bad = case_defs.Case(**{**ok.__dict__, "id": "kl.k1/not-bf16",
+                            "inputs": {**ok.inputs, "logprobs": [[value] + list(ok.inputs["logprobs"][0][1:])]
+                                       + [list(r) for r in ok.inputs["logprobs"][1:]]}})
+    monkeypatch.setattr(golden, "all_cases", lambda: [ok, bad])
+    monkeypatch.setattr(golden, "GOLDEN_DIR", tmp_path)
+    monkeypatch.setenv("PGSPEC_JOBS", "1")
+    code = main(["golden", "generate"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "case kl.k1/not-bf16: input logprobs[0][0]" in err and why in err
+    assert "internal error" not in err and not list(tmp_path.iterdir())

@@ -44,6 +44,11 @@ class GoldenError(Exception):
     """A golden file that is missing, altered (checksum) or malformed (schema)."""
 
 
+class CaseDefinitionError(GoldenError, ValueError):
+    """A case definition (conformance/corpus/cases/) the corpus cannot hold: a user's error (exit 2)
+    naming the case and the input, not pgspec's."""
+
+
 def pgspec_version() -> str:
     try:
         return metadata.version("pgspec")
@@ -68,9 +73,11 @@ def input_str(x, where: str) -> str:
     """Shortest round-trip decimal of a bfloat16-exact real input ("nan", "inf", "-inf" allowed)."""
     v = float(x)
     if isinstance(x, str) and not (math.isnan(v) or math.isinf(v)) and mpf(x) != mpf(v):
-        raise ValueError(f"{where}: {x!r} is not exactly a binary floating-point number")
+        raise CaseDefinitionError(f"{where}: {x!r} is not exactly a binary floating-point number "
+                                  "(spec/golden-format.md: real inputs are bfloat16-exact)")
     if not bf16_exact(v):
-        raise ValueError(f"{where}: {x!r} is not exactly representable in bfloat16")
+        raise CaseDefinitionError(f"{where}: {x!r} is not exactly representable in bfloat16 "
+                                  "(spec/golden-format.md: real inputs are bfloat16-exact)")
     if math.isnan(v):
         return "nan"
     if math.isinf(v):
