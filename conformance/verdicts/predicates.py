@@ -697,38 +697,57 @@ def k3_unbiased_gradient_cancels_beyond_float32(case: dict) -> bool:
     return _k3_unbiased_cancels(case, 2.0 ** 33)
 
 
-def _k3_unbiased_cancels(case: dict, factor: float) -> bool:
+def _k3_unbiased_params(case: dict):
+    """(the prefix of the KL's parameter names, the resolved parameters) when the case computes the
+    importance-weighted k3: kl.k3_unbiased (""), or a loss.* KL term with ``kl_estimator``
+    k3_unbiased and beta > 0 ("kl_"); else (None, None)."""
     f = str(case.get("formula", ""))
     p = _params(case)
     if f == "kl.k3_unbiased":
-        pre = ""
-    elif f.startswith("loss.") and p.get("kl_estimator") == "k3_unbiased" and \
+        return "", p
+    if f.startswith("loss.") and p.get("kl_estimator") == "k3_unbiased" and \
             _real(p.get("beta") if p.get("beta") is not None else 0) > 0:
-        pre = "kl_"
-    else:
-        return False
-    lo, hi = p.get(pre + "log_ratio_min"), p.get(pre + "log_ratio_max")
-    omin, omax = p.get(pre + "output_min"), p.get(pre + "output_max")
+        return "kl_", p
+    return None, None
+
+
+def _k3_unbiased_tokens(case: dict):
+    """(x = ref_logprobs - logprobs, log w = logprobs - old_logprobs) at every unmasked position."""
     ins = inputs_of(case)
     lp, old, ref, mask = (ins.get(k) for k in ("logprobs", "old_logprobs", "ref_logprobs", "mask"))
     if not all(isinstance(v, list) for v in (lp, old, ref, mask)):
-        return False
+        return
     for r1, r0, r2, mrow in zip(lp, old, ref, mask):
         for a, o, b, m in zip(_rows(r1), _rows(r0), _rows(r2), _rows(mrow)):
-            x, lw = _real(b) - _real(a), _real(a) - _real(o)
-            if not m or not math.isfinite(x) or not math.isfinite(lw) or x == 0:
+            if m:
+                yield _real(b) - _real(a), _real(a) - _real(o)
+
+
+def _log_k3(x: float) -> float:
+    """log k3(x) = log(e^x - 1 - x) for x != 0, without overflow (its series near 0)."""
+    k3 = x * x / 2 * (1 + x / 3) if abs(x) < 1e-4 else (math.expm1(x) - x if x < 700 else math.inf)
+    return math.log(k3) if k3 < math.inf else x
+
+
+def _k3_unbiased_cancels(case: dict, factor: float) -> bool:
+    pre, p = _k3_unbiased_params(case)
+    if pre is None:
+        return False
+    lo, hi = p.get(pre + "log_ratio_min"), p.get(pre + "log_ratio_max")
+    omin, omax = p.get(pre + "output_min"), p.get(pre + "output_max")
+    for x, lw in _k3_unbiased_tokens(case):
+        if not math.isfinite(x) or not math.isfinite(lw) or x == 0:
+            continue
+        if (lo is not None and x < _real(lo)) or (hi is not None and x > _real(hi)):
+            continue
+        if x - math.log(abs(x)) <= math.log(factor):     # e^x / |x| <= factor
+            continue
+        if omin is not None or omax is not None:
+            log_v = lw + _log_k3(x)                       # w k3(x) > 0, in log space
+            v = math.exp(log_v) if log_v < 700 else math.inf
+            if (omax is not None and v > _real(omax)) or (omin is not None and v < _real(omin)):
                 continue
-            if (lo is not None and x < _real(lo)) or (hi is not None and x > _real(hi)):
-                continue
-            if x - math.log(abs(x)) <= math.log(factor):     # e^x / |x| <= factor
-                continue
-            if omin is not None or omax is not None:
-                k3 = x * x / 2 * (1 + x / 3) if abs(x) < 1e-4 else (math.expm1(x) - x if x < 700 else math.inf)
-                log_v = lw + (math.log(k3) if k3 < math.inf else x)     # w k3(x) > 0, in log space
-                v = math.exp(log_v) if log_v < 700 else math.inf
-                if (omax is not None and v > _real(omax)) or (omin is not None and v < _real(omin)):
-                    continue
-            return True
+        return True
     return False
 
 
@@ -739,32 +758,19 @@ def k3_unbiased_beyond_20_or_10_unclamped(case: dict) -> bool:
     weighted value w k3(x) (x after the case's input clamp, w = e^(logprobs - old_logprobs)) exceeds
     10 where the case sets no upper value clamp: where a framework's always-on clamps of x to
     [-20, 20] and of the value to [-10, 10] bind."""
-    f = str(case.get("formula", ""))
-    p = _params(case)
-    if f == "kl.k3_unbiased":
-        pre = ""
-    elif f.startswith("loss.") and p.get("kl_estimator") == "k3_unbiased" and \
-            _real(p.get("beta") if p.get("beta") is not None else 0) > 0:
-        pre = "kl_"
-    else:
+    pre, p = _k3_unbiased_params(case)
+    if pre is None:
         return False
     lo, hi, omax = p.get(pre + "log_ratio_min"), p.get(pre + "log_ratio_max"), p.get(pre + "output_max")
-    ins = inputs_of(case)
-    lp, old, ref, mask = (ins.get(k) for k in ("logprobs", "old_logprobs", "ref_logprobs", "mask"))
-    if not all(isinstance(v, list) for v in (lp, old, ref, mask)):
-        return False
-    for r1, r0, r2, mrow in zip(lp, old, ref, mask):
-        for a, o, b, m in zip(_rows(r1), _rows(r0), _rows(r2), _rows(mrow)):
-            x, lw = _real(b) - _real(a), _real(a) - _real(o)
-            if not m or math.isnan(x) or math.isnan(lw):
-                continue
-            if (x > 20 and hi is None) or (x < -20 and lo is None):
-                return True
-            x = max(x, _real(lo)) if lo is not None else x
-            x = min(x, _real(hi)) if hi is not None else x
-            if omax is not None or x == 0:
-                continue
-            k3 = x * x / 2 * (1 + x / 3) if abs(x) < 1e-4 else (math.expm1(x) - x if x < 700 else math.inf)
-            if lw + (math.log(k3) if k3 < math.inf else x) > math.log(10):       # w k3(x) > 10
-                return True
+    for x, lw in _k3_unbiased_tokens(case):
+        if math.isnan(x) or math.isnan(lw):
+            continue
+        if (x > 20 and hi is None) or (x < -20 and lo is None):
+            return True
+        x = max(x, _real(lo)) if lo is not None else x
+        x = min(x, _real(hi)) if hi is not None else x
+        if omax is not None or x == 0:
+            continue
+        if lw + _log_k3(x) > math.log(10):       # w k3(x) > 10
+            return True
     return False
