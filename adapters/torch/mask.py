@@ -95,10 +95,14 @@ def entropy_quantile(inputs, params):
     if n == 0:
         return {"keep": torch.zeros_like(m), "threshold": torch.full((), float("nan"), dtype=H.dtype, device=H.device)}
     j, frac = quantile_position(1 - _exact(rho), n)
-    # linear interpolation as torch.quantile does it (torch.lerp), at the exact position
-    q = values[j] if frac == 0 else torch.lerp(values[j], values[j + 1], float(frac))
-    keep = (H >= q) & m
-    return {"keep": keep, "threshold": q}
+    # linear interpolation as torch.quantile does it (torch.lerp), at the exact position, and in float64
+    # whatever the dtype: keep is boolean, and a threshold rounded to float32 or bfloat16 can land on the
+    # entropy of a token that the spec's threshold lies just above (rho = 1/6 - 6.6e-14, seven tokens:
+    # 0.03125 + 1.2e-14 is 0.03125 in float32)
+    v = values.double()
+    q = v[j] if frac == 0 else torch.lerp(v[j], v[j + 1], float(frac))
+    keep = (H.double() >= q) & m
+    return {"keep": keep, "threshold": q.to(H.dtype)}
 
 
 IMPLEMENTATIONS = {
