@@ -245,3 +245,112 @@ def test_the_fuzzer_draws_the_entropy_quantiles_tie_window_edge():
         on += off == Fraction(n - 1, 2 ** 44)
         outside += Fraction(n - 1, 2 ** 44) < off < Fraction(n + 1, 2 ** 44)
     assert on >= 3 and outside >= 10
+
+
+def test_the_fuzzer_draws_the_entropy_quantiles_tie_window_for_two_tokens():
+    """With n = 2 the window is 2^-44 max(n - 1, 1) = 2^-44: levels just outside it (h = k +- 2^-43, k = 0
+    or 1) are where a window of 2^-44 max(n - 1, 2) would decide otherwise."""
+    from fractions import Fraction
+
+    edge = 0
+    for e in _draws("mask.entropy_quantile", 600):
+        rho = e["params"].get("top_entropy_quantile")
+        if rho is None or sum(bool(m) for row in e["inputs"]["mask"] for m in row) != 2:
+            continue
+        assert 0 <= rho <= 1
+        h = 1 - Fraction(rho)
+        edge += abs(h - round(h)) == Fraction(2, 2 ** 44)
+    assert edge >= 3
+
+
+def _tokens(e):
+    inputs = e["inputs"]
+    return [(b, t) for b, row in enumerate(inputs["mask"]) for t, m in enumerate(row) if m]
+
+
+def test_the_fuzzer_draws_log_ratios_of_exactly_one_and_past_floats_exp_overflow():
+    """x = l_ref - l = 1 exactly (a comparison with the constant 1 instead of 0), and w = e^(l - l_old)
+    past float64's overflow (709.78) at an on-reference token, where w k3 = w * 0 must be selected as
+    0, never formed as inf * 0: the 1/64 grid of the strategies reaches neither in a search's time."""
+    one = overflow = 0
+    for e in _draws("kl.k3_unbiased", 400):
+        i = e["inputs"]
+        for b, t in _tokens(e):
+            x = i["ref_logprobs"][b][t] - i["logprobs"][b][t]
+            one += x == 1
+            overflow += x == 0 and i["logprobs"][b][t] - i["old_logprobs"][b][t] > 709.78
+            assert max(i[n][b][t] for n in ("logprobs", "old_logprobs", "ref_logprobs")) <= 0
+    assert one >= 3 and overflow >= 1
+
+
+def test_the_fuzzer_draws_more_documents_than_the_longest_has_tokens():
+    """Per-document slots numbered by (document, rank) collide when numbered wrongly only where there are
+    more documents than the longest has tokens (3 or more: ranks 0 and 1 share a first slot)."""
+    from collections import Counter
+
+    many = 0
+    for e in _draws("agg.document_mean", 300):
+        ids = [d for row in e["inputs"]["document_ids"] for d in row]
+        assert ids == sorted(ids)       # contiguous documents, increasing and global across rows
+        n = Counter(ids)
+        many += len(n) > max(n.values()) >= 3
+    assert many >= 20
+
+
+def _swallows_bad_input(fid):
+    """An implementation that returns zeros wherever the built-in one rejects its input."""
+    import torch
+
+    from pgspec.adapters.torch import agg as good_agg
+    from pgspec.reference import SpecError
+
+    def impl(inputs, params):
+        try:
+            return good_agg.IMPLEMENTATIONS[fid](inputs, params)
+        except SpecError:
+            return {"value": torch.zeros((), dtype=torch.float64, requires_grad=True)}
+    return Adapter("swallows-bad-input", "test", "0", implementations={fid: impl})
+
+
+def test_invalid_examples_are_judged_as_expected_errors_not_as_findings():
+    """One example in BAD_INPUT is broken in one of the corpus's expected-error classes (applied to the
+    drawn example): the built-in backend rejects every one; an implementation that returns on them is
+    counted `not-rejected` (validation, its own axis), with examples the built-in backend rejects, and
+    no finding."""
+    from pgspec.conformance.fuzz import judge
+
+    fid = "agg.sample_mean"
+    good = engine.fuzz_formula(runner.load_adapter("torch"), fid, "float64", budget=30, seed=0, max_examples=200,
+                               database=False)
+    assert good.rejected >= 5 and good.not_rejected == 0 and not good.findings
+    bad = engine.fuzz_formula(_swallows_bad_input(fid), fid, "float64", budget=30, seed=0, max_examples=200,
+                              database=False)
+    assert bad.not_rejected >= 5 and not bad.findings, bad.findings[:1]
+    for e in bad.not_rejected_examples:
+        example = {"params": e["params"], "inputs": e["inputs"],
+                   "expect_error": {"argument": e["argument"], "rule": e["rule"]}}
+        assert judge.confirm(runner.load_adapter("torch"), fid, example, "float64").outcome == "rejected"
+    without = engine.fuzz_formula(_swallows_bad_input(fid), fid, "float64", budget=30, seed=0, max_examples=200,
+                                  database=False, bad_input=False)
+    assert without.rejected == without.not_rejected == 0
+
+
+def test_an_implementation_that_hangs_on_one_regime_is_reported_not_waited_for():
+    """A call past --case-timeout is the example's error (a counterexample, left unshrunk), and the search
+    goes on; without the limit this search would never end."""
+    import time
+
+    from pgspec.adapters.torch import kl as good_kl
+    from pgspec.conformance.run.untrusted import TIMED_OUT, case_timeout
+
+    def hangs_on_two_rows(inputs, params):
+        while inputs["mask"].shape[0] >= 2:      # BUG: an endless loop in one regime
+            time.sleep(0.01)
+        return good_kl.IMPLEMENTATIONS["kl.k1"](inputs, params)
+
+    adapter = Adapter("hangs", "test", "0", implementations={"kl.k1": hangs_on_two_rows})
+    with case_timeout(0.5, "--case-timeout"):
+        report = engine.fuzz_formula(adapter, "kl.k1", "float64", budget=5, seed=0, max_examples=60,
+                                     database=False, bad_input=False)
+    assert report.findings and report.findings[0].outcome == "error"
+    assert TIMED_OUT in report.findings[0].message and "--case-timeout" in report.findings[0].message

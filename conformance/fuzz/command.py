@@ -12,6 +12,9 @@ import time
 from pathlib import Path
 
 DEFAULT_DTYPES = "float64,float32"
+# a fuzz example has at most 4 x 8 tokens: a call that takes minutes hangs (a compiling framework's first
+# call takes seconds); as `pgspec run --python`'s default, which is 300 s
+DEFAULT_CASE_TIMEOUT = 300.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|m|h|)\s*$")
 
 
@@ -51,8 +54,22 @@ def add_arguments(p) -> None:
                    help="write each new counterexample as a case definition (conformance/cases form) under DIR "
                         "(default: none)")
     p.add_argument("--json", metavar="PATH", default=None, help="also write the whole report as JSON (default: none)")
+    p.add_argument("--case-timeout", type=_seconds, default=DEFAULT_CASE_TIMEOUT, metavar="SECONDS",
+                   help="time limit of one adapter call: a call that does not return within it is the example's "
+                        f"error, a counterexample (default: {DEFAULT_CASE_TIMEOUT:g})")
     p.add_argument("--no-database", action="store_true",
                    help="neither replay nor keep failing examples in the example database (<pgspec cache>/fuzz)")
+
+
+def _seconds(text: str) -> float:
+    import argparse
+
+    from ..run.untrusted import parse_seconds
+
+    try:
+        return parse_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -136,12 +153,15 @@ def _task(spec, fid, dtype, per, deadline, args_dict):
 
 
 def _one(adapter, spec, fid, dtype, per, deadline, a):
+    from ..run.untrusted import case_timeout
     from . import engine
 
     try:
-        return engine.fuzz_formula(adapter, fid, dtype, budget=min(per, max(0.0, deadline - time.time())),
-                                   seed=a["seed"], max_examples=a["examples"], device=a["device"], adapter_spec=spec,
-                                   database=not a["no_database"], stop=lambda: time.time() >= deadline)
+        with case_timeout(a["case_timeout"], "--case-timeout"):
+            return engine.fuzz_formula(adapter, fid, dtype, budget=min(per, max(0.0, deadline - time.time())),
+                                       seed=a["seed"], max_examples=a["examples"], device=a["device"],
+                                       adapter_spec=spec, database=not a["no_database"],
+                                       stop=lambda: time.time() >= deadline)
     except KeyboardInterrupt:
         raise
     except Exception as e:  # noqa: BLE001 - pgspec's own problem with one formula: reported, the others go on
@@ -162,7 +182,8 @@ def _search(adapter, args, tasks, per, deadline) -> list:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
-    a = {"seed": args.seed, "examples": args.examples, "device": args.device, "no_database": args.no_database}
+    a = {"seed": args.seed, "examples": args.examples, "device": args.device, "no_database": args.no_database,
+         "case_timeout": args.case_timeout}
     reports = []
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
@@ -259,6 +280,12 @@ def _conclude(adapter, args, reports, dtypes, seconds) -> int:
             explained[label] = explained.get(label, 0) + n
     for label, n in sorted(explained.items()):
         print(f"declared: {label} ({n} example{'s' if n != 1 else ''})", file=out)
+    for r in reports:
+        if r.not_rejected:
+            args_ = sorted({f"{e['argument']}: {e['rule']}" for e in r.not_rejected_examples})
+            print(f"validation: {r.formula} ({r.dtype}) on {adapter.name} returned on {r.not_rejected} of "
+                  f"{r.rejected + r.not_rejected} invalid examples (e.g. {'; '.join(args_)}); spec/verdicts.md, "
+                  "\"Validation\": data, not a counterexample", file=out)
     errors = [r for r in reports if r.error]
     for r in errors:
         print(f"pgspec fuzz: {r.formula} ({r.dtype}) was not searched: {r.error}", file=sys.stderr)
@@ -269,6 +296,7 @@ def _conclude(adapter, args, reports, dtypes, seconds) -> int:
             print(f"wrote {path}", file=sys.stderr)
     examples = sum(r.examples for r in reports)
     unconfirmed = sum(r.unconfirmed for r in reports)
+    rejected, not_rejected = sum(r.rejected for r in reports), sum(r.not_rejected for r in reports)
     formulas = len({r.formula for r in reports})
     hit = ", ".join(f"{f.formula} {f.dtype}" for f in findings[:6]) + (" ..." if len(findings) > 6 else "")
     fitting = sum(1 for f in findings if f.fits)
@@ -278,6 +306,7 @@ def _conclude(adapter, args, reports, dtypes, seconds) -> int:
           f"{f', {fitting} of them fitting a rule declared for corpus cases only' if fitting else ''}; "
           f"{len(explained)} declared rule{'s' if len(explained) != 1 else ''} hit; "
           f"{unconfirmed} oracle disagreement{'s' if unconfirmed != 1 else ''} the reference did not confirm"
+          + (f"; rejects {rejected} of {rejected + not_rejected} invalid examples" if rejected + not_rejected else "")
           + (f"; {len(errors)} not searched (pgspec errors)" if errors else ""), file=out)
     if args.json:
         doc = {"adapter": adapter.name, "version": getattr(adapter, "version", ""), "seconds": seconds,
@@ -317,10 +346,13 @@ def case_source(findings: list, adapter_name: str) -> str:
         seen.add(f.case_id)
         first = _headline(f.message)
         desc = (f"found by pgspec fuzz: {adapter_name} ({f.dtype}) {f.outcome}s here; {first}")[:300]
-        lines.append(f"        Case({f.case_id!r}, {f.formula!r}, 'edge',")
+        lines.append(f"        Case({f.case_id!r}, {f.formula!r}, {'error' if f.expect_error else 'edge'!r},")
         lines.append(f"             {desc!r},")
         lines.append("             " + pprint.pformat(_literal(f.inputs), width=100, compact=True).replace("\n", "\n             ") + ",")
-        lines.append("             params=" + pprint.pformat(_literal(f.params), width=100, compact=True).replace("\n", "\n             ") + "),")
+        end = "),"
+        if f.expect_error:
+            end = ",\n             expect_error=" + repr({k: f.expect_error[k] for k in ("argument", "rule")}) + "),"
+        lines.append("             params=" + pprint.pformat(_literal(f.params), width=100, compact=True).replace("\n", "\n             ") + end)
     lines.append("    ]")
     return "\n".join(lines) + "\n"
 

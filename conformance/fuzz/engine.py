@@ -25,8 +25,10 @@ from . import examples as ex
 from . import judge
 
 ROUND = 25              # examples per hypothesis run
+BAD_INPUT = 6           # one example in BAD_INPUT is made invalid on purpose (examples.broken)
+NOT_REJECTED_KEPT = 3
 SHRINK_SECONDS = 60.0   # at most this long (and at least 15 s) shrinking one formula's counterexamples, beyond its budget
-VERSION = "pgspec-fuzz/1"   # part of the database key: a new drawing scheme starts a new database
+VERSION = "pgspec-fuzz/2"   # part of the database key: a new drawing scheme starts a new database
 
 
 @dataclass
@@ -47,6 +49,7 @@ class Finding:
     # a rule of the formula declared for corpus case IDs only that would explain it, were it declared
     # for the formula (the runner's classification, applied as if its IDs matched): maybe its root cause
     fits: dict | None = None
+    expect_error: dict | None = None  # an invalid example (examples.broken): the rule the spec rejects it by
 
     def to_json(self):
         return asdict(self)
@@ -60,6 +63,11 @@ class FormulaReport:
     invalid: int = 0                  # examples outside the spec (the oracle rejected them)
     not_applicable: int = 0           # outside the adapter's capabilities (never called)
     unconfirmed: int = 0              # the oracle disagreed, the exact reference did not
+    # invalid examples drawn on purpose (examples.broken, one in BAD_INPUT), judged as `pgspec run` judges an
+    # expected-error case (spec/verdicts.md, "Validation"): validation is its own axis, never a finding
+    rejected: int = 0
+    not_rejected: int = 0
+    not_rejected_examples: list = field(default_factory=list)   # the first NOT_REJECTED_KEPT of them
     explained: dict = field(default_factory=dict)   # "rule N of FILE (kind)" -> count
     findings: list = field(default_factory=list)
     seconds: float = 0.0
@@ -107,8 +115,9 @@ def replay_command(adapter_spec: str, fid: str, dtype: str, seed: int) -> str:
 
 def fuzz_formula(adapter, fid: str, dtype: str, *, budget: float, seed: int = 0, max_examples: int | None = None,
                  device: str = "cpu", adapter_spec: str | None = None, database: bool = True,
-                 stop=None) -> FormulaReport:
-    """Search one formula in one dtype for ``budget`` seconds (or ``max_examples`` examples)."""
+                 stop=None, bad_input: bool = True) -> FormulaReport:
+    """Search one formula in one dtype for ``budget`` seconds (or ``max_examples`` examples); with
+    ``bad_input``, one example in BAD_INPUT is made invalid (``examples.broken``) and must be rejected."""
     from hypothesis import HealthCheck, Phase, Verbosity, assume, given, settings
     from hypothesis import strategies as st
     from hypothesis.errors import Unsatisfiable
@@ -131,26 +140,19 @@ def fuzz_formula(adapter, fid: str, dtype: str, *, budget: float, seed: int = 0,
         if decl.not_applicable(case) is not None or decl.unsupported_case(case) is not None:
             report.not_applicable += 1
             assume(False)
-        for _ in range(3):
-            try:
-                why = judge.fast(adapter, fid, example, dtype, device)
-                break
-            except judge.Invalid as e:
-                fixed = ex.repaired(fid, example, str(e))
-                if fixed is None:
-                    report.invalid += 1
-                    assume(False)
-                example = fixed
+        if example.get("expect_error"):
+            result = _judge_rejection(example)
+            if result is None:
+                return
         else:
-            report.invalid += 1
-            assume(False)
-        if why is None:
-            return
-        try:
-            result = judge.confirm(adapter, fid, example, dtype, device)
-        except judge.Invalid:
-            report.invalid += 1
-            assume(False)
+            example = _fast_judged(example)
+            if example is None:
+                return
+            try:
+                result = judge.confirm(adapter, fid, example, dtype, device)
+            except judge.Invalid:
+                report.invalid += 1
+                assume(False)
         if result.outcome in ("bug", "convention"):
             d = result.declaration or {}
             label = f"{d.get('declaration')} of {d.get('source')} ({result.outcome}): {d.get('reason')}"
@@ -165,12 +167,56 @@ def fuzz_formula(adapter, fid: str, dtype: str, *, budget: float, seed: int = 0,
         found[key] = Finding(fid, dtype, result.outcome, example["params"], example["inputs"],
                              {k: ff.get(k) for k in ("output", "index", "ref", "bound")} if ff else {},
                              ff.get("got", ""), result.message.strip()[:2000], result.case_id,
-                             replay_command(spec, fid, dtype, seed), result.declaration, fits)
+                             replay_command(spec, fid, dtype, seed), result.declaration, fits,
+                             example.get("expect_error"))
         raise _kind(key)(result.message[:200])
+
+    def _fast_judged(example):
+        """None when the adapter agrees with the float64 oracle, else the example (repaired when the
+        oracle said a parameter conflicts with another) for the exact confirmation."""
+        for _ in range(3):
+            try:
+                why = judge.fast(adapter, fid, example, dtype, device)
+                return None if why is None else example
+            except judge.Invalid as e:
+                fixed = ex.repaired(fid, example, str(e))
+                if fixed is None:
+                    break
+                example = fixed
+        report.invalid += 1
+        assume(False)
+
+    def _judge_rejection(example):
+        """An invalid example: None when the adapter rejects it or returns (counted: validation), else the
+        runner's result (an error: a crash of another kind, or a hang), which is a counterexample."""
+        try:
+            result = judge.confirm(adapter, fid, example, dtype, device)
+        except judge.Invalid:       # the reference accepts it: not an invalid example after all
+            report.invalid += 1
+            assume(False)
+        if result.outcome in ("not-applicable", "unsupported"):
+            report.not_applicable += 1
+            assume(False)
+        if result.outcome == "rejected":
+            report.rejected += 1
+            return None
+        if result.outcome == "not-rejected":
+            report.not_rejected += 1
+            if len(report.not_rejected_examples) < NOT_REJECTED_KEPT:
+                report.not_rejected_examples.append(
+                    {"argument": example["expect_error"]["argument"], "rule": example["expect_error"]["rule"],
+                     "params": example["params"], "inputs": example["inputs"], "message": result.message,
+                     "case_id": result.case_id})
+            return None
+        return result
 
     @st.composite
     def examples(draw):
-        return ex.draw(pst.DrawSource(draw), plan, dtype)
+        src = pst.DrawSource(draw)
+        example = ex.draw(src, plan, dtype)
+        if bad_input and ex.coin(src, BAD_INPUT):
+            example = ex.broken(src, fid, example) or example
+        return example
 
     db = _database(adapter.name) if database else None
     old_shrink = hengine.MAX_SHRINKING_SECONDS
@@ -256,6 +302,12 @@ def _trimmed(adapter, f: Finding, dtype: str, device: str) -> Finding:
     """Hypothesis' shrinker, finished by hand where it stalls: parameters, whole rows, then columns
     removed while the runner still gives the same kind of failure (its outcome and failing outputs)."""
     key = (f.outcome, None)
+    from ..run.untrusted import TIMED_OUT
+
+    if f.expect_error:      # an invalid example: its one defect is what it tests; removing rows may cure it
+        return f
+    if TIMED_OUT in f.message:      # a hang: every trial would take the whole time limit
+        return f
     example = {"params": f.params, "inputs": f.inputs}
     first = _verdict(adapter, f.formula, example, dtype, device)
     if first is None:

@@ -38,6 +38,11 @@ SPREAD = (0.0, 0.1, 0.2, 0.28, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0)
 LOG_SPREAD = (0.015625, 0.125, 0.25, 0.5, 1.0, 2.0, 20.0)   # bf16-exact log-space bounds
 INT_SPREAD = (0, 1, 2, 3, 4, 8)
 MAX_B, MAX_T = 4, 8
+# log-ratios set exactly at one token (``_special_log_ratios``): small integers and halves, where a
+# comparison with a constant (x == 0, x > 1) decides, and 768, past float64's exp overflow (709.78),
+# where a product with w = e^768 must be selected away, never formed as inf * 0
+SMALL_LOG_RATIOS = (1.0, -1.0, 0.5, -0.5, 2.0, -2.0)
+HUGE_LOG_RATIOS = (768.0, -768.0)
 
 
 def coin(src, n: int = 2) -> bool:
@@ -237,7 +242,51 @@ def batch(src, fid: str, fields: tuple, params: dict, dtype: str) -> dict:
         extreme = coin(src, 3)
         data.update(pst.logprob_triple(src, data["mask"], mismatch=mismatch, extreme=extreme, fields=lp,
                                        avoid_kinks=dtype in LOW_PRECISION))
+        if coin(src, 3):
+            _special_log_ratios(src, data, lp)
+    if "document_ids" in data and coin(src, 4):
+        _many_short_documents(src, data)
     return {k: data[k] for k in fields}
+
+
+def _special_log_ratios(src, data: dict, fields: tuple) -> None:
+    """At one unmasked token, the log-probs ``fields`` set so that their log-ratios are exactly 0 or a
+    special value: each field is d - max(d) for d drawn from 0 and ``SMALL_LOG_RATIOS`` (or, by a coin,
+    ``HUGE_LOG_RATIOS``: then every pair of fields is 0 or +-768 or +-1536 apart).  All values are <= 0
+    and bfloat16-exact.  The strategies' log-ratios lie on a 1/64 grid up to 2 in size, which reaches
+    such a point too rarely to be searched (x = 1 exactly; w = e^(l - l_old) overflowing float64)."""
+    mask = data["mask"]
+    where = [(b, t) for b, row in enumerate(mask) for t, m in enumerate(row) if m]
+    if len(fields) < 2 or not where:
+        return
+    b, t = where[src.integer(0, len(where) - 1)]
+    pool = (0.0,) + (HUGE_LOG_RATIOS if coin(src, 3) else SMALL_LOG_RATIOS)
+    d = {name: src.choice(pool) for name in fields}
+    top = max(d.values())
+    for name in fields:
+        data[name][b][t] = d[name] - top
+
+
+def _many_short_documents(src, data: dict) -> None:
+    """One packed row made of one document of 3 or more tokens followed by single-token documents, so
+    that there are more documents than the longest has tokens (where an aggregator's per-document
+    slots, numbered by document and rank, would collide if numbered wrongly); ids stay contiguous,
+    increasing and global across rows."""
+    ids = data["document_ids"]
+    T = len(ids[0]) if ids else 0
+    if T < 5:
+        return
+    b = src.integer(0, len(ids) - 1)
+    L = src.integer(3, T - 2)
+    rows, nxt = [], 0
+    for k, row in enumerate(ids):
+        if k == b:
+            new = [nxt] * L + [nxt + 1 + j for j in range(T - L)]
+        else:
+            new = [nxt + (d - row[0]) for d in row]
+        rows.append(new)
+        nxt = new[-1] + 1
+    data["document_ids"] = rows
 
 
 def _log_ratios(inputs: dict) -> list:
@@ -296,12 +345,16 @@ def _tie_window_level(src, inputs: dict):
     edge of the spec's tie window (h within 2^-44 (n - 1) of an integer k is k): just outside it,
     h = k +- n 2^-44, which a window one token wider (2^-44 (n + 1)) would take for k; or, when n - 1 is
     a power of two (then rho is a double exactly), on it, h = k +- (n - 1) 2^-44, which the closed
-    window takes for k and an open one would not.  None with fewer than 3 unmasked tokens."""
+    window takes for k and an open one would not.  k is any of 0 .. n - 1 (the ends with the side that
+    keeps rho in (0, 1]); with two tokens the window is 2^-44 max(n - 1, 1) = 2^-44, where a window of
+    2^-44 max(n - 1, 2) would take h = k +- 2^-43.  None with fewer than 2 unmasked tokens."""
     n = sum(bool(m) for row in inputs.get("mask") or [] for m in row)
-    if n < 3:
+    if n < 2:
         return None
-    k = src.integer(1, n - 2)
+    k = src.integer(0, n - 1)
     side = 1 if coin(src) else -1
+    if k == 0 or k == n - 1:        # h = 0 is rho = 1 (h - 0 < 0 is rho > 1); h = n - 1 is rho = 0
+        side = 1 if k == 0 else -1
     on_edge = (n - 1) & (n - 2) == 0 and coin(src)
     return 1 - (k + side * (n - 1 if on_edge else n) * 2.0 ** -44) / (n - 1)
 
@@ -327,7 +380,8 @@ def draw(src, plan: Plan, dtype: str) -> dict:
     # the entropy quantile's level at the edge of its tie window
     if fid == "mask.entropy_quantile" and coin(src, 4):
         v = _tie_window_level(src, inputs)
-        if v is not None and all(dom.admits(v) for dom in plan.domains.get("top_entropy_quantile", ())):
+        if v is not None and _in_range(next(p for p in f.params if p.name == "top_entropy_quantile"), v) and \
+                all(dom.admits(v) for dom in plan.domains.get("top_entropy_quantile", ())):
             params["top_entropy_quantile"] = v
     # a log-space bound exactly at a drawn log-ratio (the equality case), either sign
     ratios = _log_ratios(inputs)
@@ -339,6 +393,51 @@ def draw(src, plan: Plan, dtype: str) -> dict:
                 params[p.name] = v
     _order_bounds(params)
     return {"params": non_default(fid, params), "inputs": _bf16(inputs, f)}
+
+
+def broken(src, fid: str, example: dict) -> dict | None:
+    """The example made invalid in one way the spec rejects: one of the expected-error classes of the
+    corpus (``conformance/corpus/cases/errors.py``: a parameter just outside its range, bounds the wrong
+    way round, an unknown parameter, a required input left out, a mask with a row too few, a ragged
+    row, NaN at an unmasked position, and the formula-specific conditions: a global count below the
+    batch's, a per-sequence list of the wrong length, ...), applied to this drawn example instead of
+    the formula's first example case.  ``{"params", "inputs", "expect_error": {"argument", "rule"}}``;
+    None when no class applies.  Whether the spec rejects it is the reference's to say (judge.record)."""
+    from ..corpus.cases.case import Case
+    from ..corpus.cases.errors import error_cases, specific_cases
+
+    base = Case(f"{fid}/fuzz-base", fid, "example", "a drawn example", example["inputs"], example["params"])
+    # half the time a formula-specific condition (or a per-sequence list one entry off), which the generic
+    # classes, the same for every formula and more numerous, would otherwise crowd out
+    variants = (specific_cases([base]) + _lists_one_off(src, fid, example)) if coin(src) else []
+    variants = variants or error_cases([base])
+    if not variants:
+        return None
+    c = variants[src.integer(0, len(variants) - 1)]
+    return {"params": c.params, "inputs": c.inputs, "expect_error": dict(c.expect_error)}
+
+
+def _lists_one_off(src, fid: str, example: dict) -> list:
+    """Each per-sequence list parameter of the formula (``sequence_token_counts``, ...; the example's, or
+    one drawn for its batch) with one entry too few, one too many, and, for three sequences or more, a
+    single entry (which broadcasts): the spec asks for one entry per sequence."""
+    from ..corpus.cases.case import Case
+
+    out = []
+    for p in REGISTRY[fid].params:
+        if p.kind != "int_list" or "list [B]" not in p.range_text():
+            continue
+        v = example["params"].get(p.name)
+        if not isinstance(v, list):
+            v = _derived_list(src, p.name, example["inputs"])
+        if not isinstance(v, list) or not v:
+            continue
+        wrong = [("short", v[:-1]), ("long", v + v[-1:])] + ([("single", v[:1])] if len(v) > 2 else [])
+        for slug, w in wrong:
+            out.append(Case(f"{fid}/fuzz-{p.name}-{slug}", fid, "error", "", example["inputs"],
+                            {**example["params"], p.name: w},
+                            expect_error={"argument": p.name, "rule": "one entry per sequence"}))
+    return out
 
 
 def _bf16(inputs: dict, f) -> dict:
@@ -405,4 +504,4 @@ def non_default(fid: str, params: dict) -> dict:
             if k not in defaults or type(v) is not type(defaults[k]) or v != defaults[k]}
 
 
-__all__ = ["Plan", "draw", "fields_for", "batch", "preset_values", "non_default"]
+__all__ = ["Plan", "draw", "broken", "fields_for", "batch", "preset_values", "non_default"]

@@ -115,9 +115,14 @@ def fast(adapter, fid: str, example: dict, dtype: str, device: str = "cpu") -> s
     except Exception as e:  # noqa: BLE001 - the backend rejects what the spec rejects
         raise Invalid(f"{type(e).__name__}: {e}") from None
     scales = _scales(fid, t64, p, example, cotangent)
+    from ..run.untrusted import CaseTimeout, time_limit
+
     try:
         tensors = compare.to_tensors(fid, inputs, dtype, device)
-        out, grads = compare.call(adapter, fid, tensors, p, cotangent=cotangent)
+        with time_limit(adapter.name):      # the runner's limit (--case-timeout): a hang is the example's error
+            out, grads = compare.call(adapter, fid, tensors, p, cotangent=cotangent)
+    except CaseTimeout as e:
+        return str(e)
     except Exception as e:  # noqa: BLE001 - the implementation's crash: confirmed by the runner
         return f"raised {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
     mask = _np(inputs["mask"]).astype(bool) if "mask" in inputs else None
@@ -174,17 +179,24 @@ def fast(adapter, fid: str, example: dict, dtype: str, device: str = "cpu") -> s
 
 
 def record(fid: str, example: dict, description: str = "") -> dict:
-    """The example as a golden record (the generator's code: the reference at 60 digits)."""
+    """The example as a golden record (the generator's code: the reference at 60 digits); an example
+    with ``expect_error`` (``examples.broken``) as an expected-error record, Invalid when the reference
+    does not reject it naming the argument."""
     from pgspec.reference import SpecError
 
     from ..corpus.cases.case import Case
     from ..corpus.golden import generate_case
 
-    case = Case(case_id(fid, example), fid, "edge", description or "found by pgspec fuzz", example["inputs"],
-                example["params"])
+    err = example.get("expect_error")
+    case = Case(case_id(fid, example), fid, "error" if err else "edge", description or "found by pgspec fuzz",
+                example["inputs"], example["params"], expect_error=err)
     try:
         rec = generate_case(case)
     except SpecError as e:
+        raise Invalid(str(e)) from None
+    except ValueError as e:     # an example broken on purpose that the reference accepts (or not naming its argument)
+        if err is None:
+            raise
         raise Invalid(str(e)) from None
     return {**rec, "family": REGISTRY[fid].family}
 

@@ -203,6 +203,9 @@ class case_timeout:
         return False
 
 
+TIMED_OUT = "did not return within"     # in every CaseTimeout's message
+
+
 class CaseTimeout(BaseException):
     """An adapter's call that did not return within CASE_TIMEOUT: the case's error.  A BaseException, so
     that an adapter's ``except Exception:`` does not swallow it and carry on past its time."""
@@ -233,8 +236,7 @@ class time_limit:
             return self
 
         def fire(signum, frame):
-            raise CaseTimeout(f"adapter {self.name!r} did not return within {seconds:g} s ({option}): its call "
-                              "was interrupted")
+            raise CaseTimeout(f"adapter {self.name!r} {TIMED_OUT} {seconds:g} s ({option}): its call was interrupted")
 
         self.outer = (outer, interval, time.monotonic()) if outer else None
         self.previous = signal.signal(signal.SIGALRM, fire)
