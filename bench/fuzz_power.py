@@ -7,16 +7,20 @@ The mutants are bench/mutation_score.py's (the same ``sample(n, seed)``: evenly 
 files of ``adapters/torch``).  Each runs in its own process: the unmutated backend is loaded first
 and kept as the fuzzer's float64 oracle (``fuzz.judge.set_oracle``), then the backend is imported
 again with the one mutated module (the import hook of mutation_score.py) and fuzzed in float64 on the
-formulas of the mutated family and on the ``loss.*`` recipes (what mutation_score runs the corpus
-on).  The budget, ``--seconds`` of the process's CPU time (on a shared machine wall time says little
+formulas of the mutated family, of every family whose module imports the mutated one (``dist`` and
+``surrogate`` call ``agg``'s code, ``mask`` calls ``is_``'s), and on the ``loss.*`` recipes.  The budget, ``--seconds`` of the process's CPU time (on a shared machine wall time says little
 about power), is shared by those formulas round by round: one round of 25 examples of every formula
 (hypothesis seed = the round number, as the engine's own rounds), then the next round, until the
 budget is spent or a counterexample is found; counterexamples are not shrunk (``--shrink`` to shrink
 them).  ``golden.load_all`` raises in that process: the fuzzer never reads the golden files.
 
+An adapter call that does not return within 20 s is the example's error (``pgspec fuzz
+--case-timeout``), so a mutant that loops forever on one example is killed by that example.
 A mutant is *killed* when the fuzzer confirms a counterexample (the runner's ``fail`` or ``error`` on
 the example made a golden record, with the backend's declarations applied) on which the unmutated
-backend passes (the same example confirmed again against it); a mutant that crashes on import is
+backend passes (the same example confirmed again against it), or when it returns on one of the
+fuzzer's invalid examples (``not-rejected``, ``fuzz.examples.broken``) that the unmutated backend
+rejects, as mutation_score.py counts a corpus case's ``not-rejected``; a mutant that crashes on import is
 killed too, one that runs past ``--timeout`` CPU seconds (an endless loop) is a ``timeout``, not
 killed.  ``--baseline`` first prints what the fuzz of the unmutated backend finds on every formula.
 
@@ -59,6 +63,10 @@ golden.load_all = _no_golden
 golden.load_family = _no_golden
 from pgspec.conformance.run.loading import load_adapter
 from pgspec.conformance.fuzz import engine, judge
+from pgspec.conformance.run import untrusted
+# one call's time limit, as `pgspec fuzz --case-timeout`: a mutant that hangs on one example (an endless
+# loop) gives that example's error, a counterexample, instead of using up the whole budget
+untrusted.CASE_TIMEOUT, untrusted.CASE_TIMEOUT_OPTION = 20.0, "fuzz_power.py's time limit of one call"
 oracle = load_adapter("torch")                      # unmutated: the fuzzer's float64 oracle
 judge.set_oracle(oracle)
 for name in [m for m in sys.modules if m == "pgspec.adapters.torch" or m.startswith("pgspec.adapters.torch.")]:
@@ -87,7 +95,14 @@ except Exception as e:
 assert adapter.implementations is not oracle.implementations
 fam = {"is_": "is"}.get(family, family)
 caps = sorted(adapter.capabilities())
-formulas = [f for f in caps if f.startswith(fam + ".")] + [f for f in caps if f.startswith("loss.") and fam != "loss"]
+# the mutated family's formulas, those of every family whose module imports the mutated one (dist and
+# surrogate call agg's code, mask is_'s), and the loss.* recipes, which call every family
+import re as _re
+callers = sorted({{"is_": "is"}.get(p.stem, p.stem) for p in ms.TORCH.glob("*.py") if p.stem != family and
+                  _re.search(rf"^from \.(?: import .*\b{family}\b|{family} import)", p.read_text(), _re.M)})
+formulas = [f for f in caps if f.startswith(fam + ".")] + [f for f in caps if f.split(".")[0] in callers and
+                                                         f.split(".")[0] != "loss"]
+formulas += [f for f in caps if f.startswith("loss.") and fam != "loss"]
 if shrink == 0:     # a kill needs one counterexample, not the smallest: no shrinking, by hypothesis or by hand
     engine.SHRINK_SECONDS = 0.0
     engine._trimmed = lambda adapter, f, dtype, device: f
@@ -108,6 +123,19 @@ while active and clock() < deadline and rnd * engine.ROUND < examples:
         out["examples"] += r.examples
         if r.examples == 0:
             active.remove(fid)
+        for e in r.not_rejected_examples:
+            # an invalid example the mutant returns on: a kill when the unmutated backend rejects it
+            # (mutation_score.py counts a corpus case's not-rejected the same way)
+            base = judge.confirm(oracle, fid, {"params": e["params"], "inputs": e["inputs"],
+                                               "expect_error": {"argument": e["argument"], "rule": e["rule"]}},
+                                 "float64").outcome
+            if base == "rejected":
+                out["found"][fid] = f"not-rejected: {e['argument']}: {e['rule']}: {e['message'][:160]}"
+                out["killed"] = f"{fid}: {out['found'][fid]}"
+                break
+        if out["killed"]:
+            active = []
+            break
         if not r.findings:
             continue
         f = r.findings[0]
