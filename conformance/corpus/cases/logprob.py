@@ -151,5 +151,21 @@ def _temperature_two(fid):
                  _inputs(fid, {"logits": LOGITS, "targets": TARGETS, "mask": MASK}), {"temperature": 2})]
 
 
+# 1.765625 * 2^127 = 3.004e38: bfloat16-exact and finite in float32; divided by a temperature 0.1 it overflows float32
+BIG = 1.765625 * 2.0 ** 127
+
+
+def _masked_overflowing_logits():
+    """Finite junk logits at a masked position that overflow float32 once divided by the temperature."""
+    fid = "logprob.token"
+    return [Case(f"{fid}/masked-overflowing-logits", fid, "edge",
+                 "temperature 0.1 with finite logits (3.004e38, 1, -3.004e38) at a masked position (target 0): "
+                 "bfloat16-exact and finite in float32, they overflow float32 once divided by the temperature "
+                 "(3.0e39; float64 holds it): masked, they must reach no output or gradient (the unmasked "
+                 "position has logits (1, 2, 0.5) / 0.1 = (10, 20, 5), target 1: log p = -log(1 + e^-10 + e^-15))",
+                 {"logits": [[[1.0, 2.0, 0.5], [BIG, 1.0, -BIG]]], "targets": [[1, 0]], "mask": [[True, False]]},
+                 {"temperature": "0.1"})]
+
+
 def cases():
-    return [c for fid in IDS for c in _cases_for(fid) + _temperature_two(fid)]
+    return [c for fid in IDS for c in _cases_for(fid) + _temperature_two(fid)] + _masked_overflowing_logits()

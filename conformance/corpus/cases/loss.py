@@ -397,6 +397,12 @@ IS_NOTE = {"token": "token rho = e^(l_old - l_mu) in {e^0.25, e^0.125, e^-0.125,
            "sequence": "sequence rho = (e^0.5, e^-0.25, e^0.125) = (1.649, 0.779, 1.133), band [0.75, 1.5]",
            "geometric": "geometric rho = (e^(1/6), e^-0.125, e^(1/32)) = (1.181, 0.882, 1.032), band [0.875, 1.125]"}
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs", "k3_straight_through", "k3_unbiased")
+# kl.k3_unbiased at small log-ratios x = l_ref - l: (-1/64, 1/64) and (-2^-9, 2^-20), every input bfloat16-exact
+K3U_SMALL = {"logprobs": [[-0.5, -0.5], [-0.25, -2.0 ** -20]],
+             "old_logprobs": [[-0.75, -0.25], [-0.125, -0.5]],
+             "ref_logprobs": [[-0.515625, -0.484375], [-0.251953125, 0.0]],
+             "sampler_logprobs": [[-0.75, -0.25], [-0.125, -0.5]],
+             "mask": [[True, True], [True, True]], "advantages": [0.0, 0.0], "group_ids": [0, 0]}
 
 
 def options(fid):
@@ -435,6 +441,12 @@ def options(fid):
                         + ("0 (the ratio's gradient stopped)" if sg else "w k3(clip(x)) (the ratio's gradient live)"),
                         base, {"beta": 0.25, "kl_estimator": "k3_unbiased", "kl_log_ratio_min": -0.125,
                                "kl_log_ratio_max": 0.25, "kl_sg_ratio_where_clamped": sg}))
+    out.append(case(fid, "kl-k3_unbiased-small-log-ratio", "edge",
+                    "beta 0.25, kl.k3_unbiased at small x = l_ref - l = (-1/64, 1/64), (-2^-9, 2^-20) with w = e^(l - "
+                    "l_old) = (e^0.25, e^-0.25), (e^-0.125, e^(0.5 - 2^-20)), A = 0 (one prompt group): the loss is the "
+                    "KL term alone, whose gradient -w x / N is small next to w e^x (an autograd sum w k3(x) - "
+                    "w (e^x - 1) cancels where e^x / |x| is large)", K3U_SMALL,
+                    {"beta": 0.25, "kl_estimator": "k3_unbiased"}))
     ext = extreme(200.0)
     ext["ref_logprobs"] = [[-200.0, -201.0], [0.0, -1.0], [0.0, -1.0], [-200.0, -201.0]]
     if fid == "loss.minirl":

@@ -257,6 +257,32 @@ def _window_edges():
     ]
 
 
+def _float32_positions():
+    """h = (1 - rho)(n - 1) just outside the tie window, by less than float32's rounding of the position:
+    rho = 1/7 - 6.5e-14 (n = 8) and 1/6 - 6.6e-14 (n = 7), binary doubles.  A quantile formed in float32
+    (torch.quantile over float32 entropies: fl32(1 - rho) (n - 1) rounded to float32) lands on the integer
+    position, the spec's q lies above the entropy there, by about 1e-14."""
+    fid = ENT
+    r8, r7 = 1 / 7 - 6.5e-14, 1 / 6 - 6.6e-14
+    return [
+        Case(f"{fid}/float32-rounds-position-8-tokens", fid, "edge",
+             f"eight entropies, seven of 0 and one of 1/32; rho = {r8!r} = 1/7 - 6.5e-14: h = 6 + 4.55e-13, "
+             "outside the tie window 2^-44 * 7 = 3.98e-13, so q = 0 + 4.55e-13 (1/32 - 0) = 1.42e-14 and only "
+             "the token with H = 1/32 is kept (in float32, fl32(1 - rho) * 7 = 6.00000006 rounds to 6: q = 0 "
+             "would keep all eight)",
+             {"entropy": [[0.0, 0.0, 0.0, 0.0], [0.0, 0.03125, 0.0, 0.0]], "mask": [[True] * 4, [True] * 4]},
+             {"top_entropy_quantile": r8}),
+        Case(f"{fid}/float32-rounds-position-7-tokens", fid, "edge",
+             f"seven entropies (0 five times, 1/32, 1/16); rho = {r7!r} = 1/6 - 6.6e-14: h = 5 + 3.96e-13, "
+             "outside the tie window 2^-44 * 6 = 3.41e-13, so q = 1/32 + 3.96e-13 (1/16 - 1/32) = 1/32 + 1.24e-14 "
+             "and only the token with H = 1/16 is kept (in float32, fl32(1 - rho) * 6 = 4.99999988 rounds to 5: "
+             "q = 1/32 would keep that token too)",
+             {"entropy": [[0.0, 0.03125, 0.0, 0.0625], [0.0, 0.0, 0.0, 0.5]],
+              "mask": [[True] * 4, [True, True, True, False]]},
+             {"top_entropy_quantile": r7}),
+    ]
+
+
 def _opsm_gate_cases():
     """advantage_gate 'token': DeepSeek-V3.2 Eq. 9 read literally, each token gated by its own A_{i,t}."""
     fid = OPSM
@@ -286,4 +312,5 @@ def _opsm_gate_cases():
 
 
 def cases():
-    return _geometric_cases() + _opsm_cases() + _entropy_cases() + _window_edges() + _opsm_gate_cases()
+    return (_geometric_cases() + _opsm_cases() + _entropy_cases() + _window_edges() + _opsm_gate_cases()
+            + _float32_positions())
