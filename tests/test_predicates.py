@@ -218,3 +218,45 @@ def test_k3_unbiased_beyond_20_or_10_unclamped_is_where_always_on_clamps_bind():
                  old_logprobs=[[-1.0]], ref_logprobs=[[24.0]], mask=[[True]], advantages=[1.0])
     assert p(loss)
     assert "k3_unbiased_beyond_20_or_10_unclamped" in predicates.predicates()
+
+
+def test_entropy_quantile_float32_keep_differs_where_a_float32_position_rounds_onto_a_tie():
+    p = predicates.entropy_quantile_float32_keep_differs
+    f = "mask.entropy_quantile"
+    eight = dict(entropy=[[0.0] * 7 + [0.03125]], mask=[[True] * 8])
+    seven = dict(entropy=[[0.0] * 5 + [0.03125, 0.0625]], mask=[[True] * 7])
+    # the fuzzer's levels: h = 6 + 4.55e-13 and 5 + 3.96e-13 lie outside the tie window (2^-44 (n - 1)), the
+    # spec's q just above x_h; torch.quantile's float32 position fl32(1 - rho) (n - 1) rounds to the integer
+    assert p(_case(f, {"top_entropy_quantile": 1 / 7 - 6.5e-14}, **eight))
+    assert p(_case(f, {"top_entropy_quantile": 1 / 6 - 6.6e-14}, **seven))
+    # inside the tie window both take the integer; far from it both interpolate alike
+    assert not p(_case(f, {"top_entropy_quantile": 1 / 7 - 2e-14}, **eight))
+    assert not p(_case(f, {"top_entropy_quantile": 1 / 7}, **eight))
+    assert not p(_case(f, {"top_entropy_quantile": 0.125}, **eight))
+    assert not p(_case(f, {"top_entropy_quantile": "0.3"}, entropy=[[0.5, 1.0, 2.0, 3.0]], mask=[[True] * 4]))
+    # the window's outside edge (rho = 0.25 - 3 * 2^-45, n = 5, a top entropy of 2^20): q = 2 + 3.6e-7 drops H = 2
+    five = dict(entropy=[[0.5, 1.0, 1.5, 2.0, 1048576.0]], mask=[[True] * 5])
+    assert p(_case(f, {"top_entropy_quantile": 0.25 - 3 * 2.0 ** -45}, **five))
+    assert not p(_case(f, {"top_entropy_quantile": 0.25 - 2.0 ** -44}, **five))     # on the edge: taken as 3
+    # masked entropies are not in the quantile; a loss.* recipe reads entropy_quantile
+    masked = dict(entropy=[[0.0] * 7 + [0.03125, "nan"]], mask=[[True] * 8 + [False]])
+    assert p(_case(f, {"top_entropy_quantile": 1 / 7 - 6.5e-14}, **masked))
+    assert p(_case("loss.grpo", {"entropy_quantile": 1 / 7 - 6.5e-14}, **eight))
+    assert not p(_case("loss.grpo", {}, **eight))
+    assert not p(_case(f, {"top_entropy_quantile": 1 / 7 - 6.5e-14}, entropy=[[0.0, "nan"]], mask=[[True, True]]))
+    assert "entropy_quantile_float32_keep_differs" in predicates.predicates()
+
+
+def test_masked_logits_overflow_float32_once_divided_by_the_temperature():
+    big = 1.765625 * 2.0 ** 127          # 3.004e38, finite in float32
+    f = "logprob.token"
+    row = dict(logits=[[[1.0, 2.0, 0.5], [big, 1.0, -big]]], targets=[[1, 0]], mask=[[True, False]])
+    p = predicates.masked_logits_overflow_float32
+    assert p(_case(f, {"temperature": "0.1"}, **row))
+    assert not p(_case(f, {}, **row))                               # 3.004e38 itself fits float32
+    assert p(_case(f, {"logit_scale": 2}, **row))                   # s z overflows
+    assert not p(_case(f, {"temperature": "0.1", "softcap": 30}, **row))   # capped at 30 / 0.1
+    assert not p(_case(f, {"temperature": "0.1"}, logits=row["logits"], targets=[[1, 0]], mask=[[True, True]]))
+    assert not p(_case(f, {"temperature": 0}, **row))              # a rejected temperature: no transform
+    assert predicates.nonfinite_or_overflowing_masked(_case(f, {"temperature": "0.1"}, **row))
+    assert not predicates.nonfinite_or_overflowing_masked(_case(f, {}, **row))
