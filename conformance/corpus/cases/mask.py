@@ -261,7 +261,9 @@ def _float32_positions():
     """h = (1 - rho)(n - 1) just outside the tie window, by less than float32's rounding of the position:
     rho = 1/7 - 6.5e-14 (n = 8) and 1/6 - 6.6e-14 (n = 7), binary doubles.  A quantile formed in float32
     (torch.quantile over float32 entropies: fl32(1 - rho) (n - 1) rounded to float32) lands on the integer
-    position, the spec's q lies above the entropy there, by about 1e-14."""
+    position, from above (6.00000006) and from below (4.99999988); the spec's q lies above the entropy
+    there, 0, by about 1e-14, a difference float32 and bfloat16 hold (above an entropy other than 0 they
+    could not: q would round onto it)."""
     fid = ENT
     r8, r7 = 1 / 7 - 6.5e-14, 1 / 6 - 6.6e-14
     return [
@@ -273,11 +275,11 @@ def _float32_positions():
              {"entropy": [[0.0, 0.0, 0.0, 0.0], [0.0, 0.03125, 0.0, 0.0]], "mask": [[True] * 4, [True] * 4]},
              {"top_entropy_quantile": r8}),
         Case(f"{fid}/float32-rounds-position-7-tokens", fid, "edge",
-             f"seven entropies (0 five times, 1/32, 1/16); rho = {r7!r} = 1/6 - 6.6e-14: h = 5 + 3.96e-13, "
-             "outside the tie window 2^-44 * 6 = 3.41e-13, so q = 1/32 + 3.96e-13 (1/16 - 1/32) = 1/32 + 1.24e-14 "
-             "and only the token with H = 1/16 is kept (in float32, fl32(1 - rho) * 6 = 4.99999988 rounds to 5: "
-             "q = 1/32 would keep that token too)",
-             {"entropy": [[0.0, 0.03125, 0.0, 0.0625], [0.0, 0.0, 0.0, 0.5]],
+             f"seven entropies, six of 0 and one of 1/32; rho = {r7!r} = 1/6 - 6.6e-14: h = 5 + 3.96e-13, "
+             "outside the tie window 2^-44 * 6 = 3.41e-13, so q = 0 + 3.96e-13 (1/32 - 0) = 1.24e-14 and only "
+             "the token with H = 1/32 is kept (in float32, fl32(1 - rho) * 6 = 4.99999988 rounds up to 5: q = 0 "
+             "would keep all seven)",
+             {"entropy": [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.03125, 0.5]],
               "mask": [[True] * 4, [True, True, True, False]]},
              {"top_entropy_quantile": r7}),
     ]
