@@ -133,9 +133,14 @@ def predicates() -> dict:
     import inspect
     import sys
 
-    module = sys.modules[__name__]
-    return {name: fn for name, fn in inspect.getmembers(module, inspect.isfunction)
-            if not name.startswith("_") and fn.__module__ == __name__ and name not in ("inputs_of", "predicates")}
+    from . import predicates_precision
+
+    out = {}
+    for module in (sys.modules[__name__], predicates_precision):
+        out.update({name: fn for name, fn in inspect.getmembers(module, inspect.isfunction)
+                    if not name.startswith("_") and fn.__module__ == module.__name__
+                    and name not in ("inputs_of", "predicates")})
+    return out
 
 
 def _params(case: dict) -> dict:
@@ -779,85 +784,5 @@ def k3_unbiased_beyond_20_or_10_unclamped(case: dict) -> bool:
     return False
 
 
-def _exact(x):
-    """A real parameter or input as an exact fraction: a decimal string by its decimal value, a
-    float as the binary double it is; None where it is not a finite real."""
-    from fractions import Fraction
-
-    try:
-        v = Fraction(x) if isinstance(x, str) else Fraction(float(x))
-    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
-        return None
-    return v
-
-
-def entropy_quantile_float32_keep_differs(case: dict) -> bool:
-    """The case takes an entropy top-quantile (mask.entropy_quantile's ``top_entropy_quantile``, or a
-    loss.* recipe's ``entropy_quantile``) rho over the finite entropies of its unmasked tokens, and some
-    unmasked token's keep decision H >= q differs between the spec's threshold q (spec/mask.md: h =
-    (1 - rho)(n - 1) exactly, taken as the integer it lies within 2^-44 (n - 1) of) and the one
-    ``torch.quantile`` forms in float32 over the entropies cast to float32, with the quantile 1 - rho
-    formed in float64 and cast to float32: the position q32 (n - 1) rounded to float32 (so a level h
-    that lies outside the tie window but within float32's rounding of an integer, or of a window's
-    edge, becomes that integer), and the interpolation in float32.  That is where a framework taking
-    the threshold from a float32 quantile keeps a token the spec drops, or drops one it keeps."""
-    f = str(case.get("formula", ""))
-    p = _params(case)
-    name = "top_entropy_quantile" if f == "mask.entropy_quantile" else "entropy_quantile" if f.startswith("loss.") else None
-    if name is None or p.get(name) is None:
-        return False
-    rho = _exact(p[name])
-    ins = inputs_of(case)
-    ent, mask = ins.get("entropy"), ins.get("mask")
-    if rho is None or not 0 <= rho <= 1 or not isinstance(ent, list) or not isinstance(mask, list):
-        return False
-    xs = [_real(v) for row, mrow in zip(ent, mask) for v, m in zip(_rows(row), _rows(mrow)) if m]
-    if not xs or not all(math.isfinite(v) for v in xs):
-        return False
-    from fractions import Fraction
-
-    import torch
-
-    n = len(xs)
-    s = sorted(Fraction(v) for v in xs)
-    h = (1 - rho) * (n - 1)
-    if abs(h - round(h)) <= Fraction(n - 1, 2 ** 44):
-        h = Fraction(round(h))
-    j = math.floor(h)
-    q = s[j] if h == j else s[j] + (h - j) * (s[j + 1] - s[j])
-    x32 = torch.tensor(xs, dtype=torch.float32)
-    q32 = torch.quantile(x32, 1.0 - float(p[name])).item()
-    return any((Fraction(v) >= q) != (float(v32) >= q32) for v, v32 in zip(xs, x32.tolist()))
-
-
-_FLOAT32_MAX = 3.4028234663852886e38
-
-
-def masked_logits_overflow_float32(case: dict) -> bool:
-    """At some position whose mask is false, a finite logit z of ``logits`` [B,T,V] overflows float32
-    (magnitude above its largest value, 3.4028e38) once scaled (s z, ``logit_scale`` s) or once
-    transformed as logprob.* has it, z' = softcap_c(s z) / tau (``softcap`` c, ``temperature`` tau): a
-    framework casting the logits to float32 and dividing by the temperature at every position gets an
-    infinite logit there, and inf - inf = NaN in its log-sum-exp."""
-    ins = inputs_of(case)
-    logits, mask = ins.get("logits"), ins.get("mask")
-    if not isinstance(logits, list) or not isinstance(mask, list):
-        return False
-    p = _params(case)
-    s, tau, c = _real(p.get("logit_scale", 1)), _real(p.get("temperature", 1)), p.get("softcap")
-    c = None if c is None else _real(c)
-    if not (tau > 0 and math.isfinite(tau) and math.isfinite(s)) or (c is not None and not c > 0):
-        return False     # parameters the spec rejects (an expected-error case)
-    for row, mrow in zip(logits, mask):
-        for z, m in zip(_rows(row), _rows(mrow)):
-            if m or not isinstance(z, list):
-                continue
-            for v in z:
-                v = _real(v)
-                if not math.isfinite(v):
-                    continue
-                scaled = s * v
-                t = (c * math.tanh(scaled / c) if c is not None and math.isfinite(scaled) else scaled) / tau
-                if abs(scaled) > _FLOAT32_MAX or abs(t) > _FLOAT32_MAX:
-                    return True
-    return False
+# predicates about float32 rounding in a framework's own computation, in their own module (module length)
+from .predicates_precision import entropy_quantile_float32_keep_differs, masked_logits_overflow_float32  # noqa: E402,F401
