@@ -774,3 +774,36 @@ def k3_unbiased_beyond_20_or_10_unclamped(case: dict) -> bool:
         if lw + _log_k3(x) > math.log(10):       # w k3(x) > 10
             return True
     return False
+
+
+# --- added for the regimes of issue 42's fuzzing (docs/fuzz.md, "Measured") -----------------------
+
+
+def _beta_positive(p: dict) -> bool:
+    beta = p.get("beta")
+    return beta is not None and _real(beta) > 0
+
+
+def k2_score_nonfinite_or_overflowing_masked(case: dict) -> bool:
+    """The case computes the k2 score (x^2)/2 of x = ref_logprobs - logprobs (kl.k2, whose value it is,
+    kl.k3_straight_through, whose gradient it is, or a loss.* KL term with beta > 0 and
+    ``kl_estimator`` k2 or k3_straight_through), and ``nonfinite_or_overflowing_masked`` holds: a
+    framework computing the score at every position squares the junk there."""
+    f = str(case.get("formula", ""))
+    if f.startswith("loss."):
+        p = _params(case)
+        if not _beta_positive(p) or p.get("kl_estimator") not in ("k2", "k3_straight_through"):
+            return False
+    elif f not in ("kl.k2", "kl.k3_straight_through"):
+        return False
+    return nonfinite_or_overflowing_masked(case)
+
+
+def kl_term_with_is_weight(case: dict) -> bool:
+    """The case is a loss.* recipe with a KL term (beta > 0) and an importance-sampling correction
+    (``is_level`` not ``"none"``): the regime where weighting the KL term by w^IS too (the spec weights
+    the policy term only) can show."""
+    if not str(case.get("formula", "")).startswith("loss."):
+        return False
+    p = _params(case)
+    return _beta_positive(p) and p.get("is_level", "none") not in (None, "none")
