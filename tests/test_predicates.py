@@ -246,3 +246,15 @@ def test_kl_term_with_is_weight_needs_both_a_kl_term_and_an_is_level():
     assert not p(_case("loss.cispo", {"beta": 0.04}, **ins))                       # is_level none (default)
     assert not p(_case("kl.k3", {}, logprobs=[[-1.0]], ref_logprobs=[[-0.5]], mask=[[True]]))
     assert "kl_term_with_is_weight" in predicates.predicates()
+
+
+def test_nonfinite_or_huge_masked_leaves_out_a_merely_overflowing_log_ratio():
+    f = "loss.grpo"
+    base = dict(logprobs=[[-1.0, -1.0]], old_logprobs=[[-1.0, -1.0]], mask=[[True, False]])
+    huge = _case(f, advantages=[[0.5, 3.004e38]], **base)
+    assert predicates.nonfinite_or_huge_masked(huge) and not predicates.nonfinite_masked(huge)
+    assert not predicates.nonfinite_or_huge_masked(_case(f, advantages=[[3.004e38, 0.5]], **base))   # unmasked
+    assert predicates.nonfinite_or_huge_masked(_case(f, advantages=[[0.5, float("nan")]], **base))
+    far = _case(f, advantages=[[0.5, 0.5]], **dict(base, old_logprobs=[[-1.0, -1001.0]]))
+    assert predicates.nonfinite_or_overflowing_masked(far) and not predicates.nonfinite_or_huge_masked(far)
+    assert "nonfinite_or_huge_masked" in predicates.predicates()

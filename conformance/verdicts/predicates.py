@@ -807,3 +807,12 @@ def kl_term_with_is_weight(case: dict) -> bool:
         return False
     p = _params(case)
     return _beta_positive(p) and p.get("is_level", "none") not in (None, "none")
+
+
+def nonfinite_or_huge_masked(case: dict) -> bool:
+    """A masked position holds NaN or an infinity (``nonfinite_masked``) or a finite real value of
+    magnitude above 1e30: junk that a per-token term built at every position by multiplication (-A r
+    of a 3e38 advantage) turns into inf in float32, and inf times its zero mask into NaN. Unlike
+    ``nonfinite_or_overflowing_masked`` it leaves out finite log-probs whose difference merely
+    overflows exp (where the framework clamps the log-ratio first)."""
+    return nonfinite_masked(case) or _huge_masked(case)
