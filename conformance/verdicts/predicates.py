@@ -776,43 +776,25 @@ def k3_unbiased_beyond_20_or_10_unclamped(case: dict) -> bool:
     return False
 
 
-# --- added for the regimes of issue 42's fuzzing (docs/fuzz.md, "Measured") -----------------------
-
-
-def _beta_positive(p: dict) -> bool:
-    beta = p.get("beta")
-    return beta is not None and _real(beta) > 0
-
 
 def k2_score_nonfinite_or_overflowing_masked(case: dict) -> bool:
-    """The case computes the k2 score (x^2)/2 of x = ref_logprobs - logprobs (kl.k2, whose value it is,
-    kl.k3_straight_through, whose gradient it is, or a loss.* KL term with beta > 0 and
-    ``kl_estimator`` k2 or k3_straight_through), and ``nonfinite_or_overflowing_masked`` holds: a
-    framework computing the score at every position squares the junk there."""
-    f = str(case.get("formula", ""))
-    if f.startswith("loss."):
-        p = _params(case)
-        if not _beta_positive(p) or p.get("kl_estimator") not in ("k2", "k3_straight_through"):
-            return False
-    elif f not in ("kl.k2", "kl.k3_straight_through"):
-        return False
-    return nonfinite_or_overflowing_masked(case)
+    """The case computes the k2 score (x^2)/2 (kl.k2, kl.k3_straight_through's gradient, a loss.* KL term
+    with beta > 0 and kl_estimator k2 or k3_straight_through) and ``nonfinite_or_overflowing_masked`` holds."""
+    f, p = str(case.get("formula", "")), _params(case)
+    k2 = f in ("kl.k2", "kl.k3_straight_through") or f.startswith("loss.") and _real(p.get("beta") or 0) > 0 \
+        and p.get("kl_estimator") in ("k2", "k3_straight_through")
+    return k2 and nonfinite_or_overflowing_masked(case)
 
 
 def kl_term_with_is_weight(case: dict) -> bool:
     """The case is a loss.* recipe with a KL term (beta > 0) and an importance-sampling correction
-    (``is_level`` not ``"none"``): the regime where weighting the KL term by w^IS too (the spec weights
-    the policy term only) can show."""
-    if not str(case.get("formula", "")).startswith("loss."):
-        return False
+    (``is_level`` not ``"none"``), where a framework may weight the KL term by w^IS too."""
     p = _params(case)
-    return _beta_positive(p) and p.get("is_level", "none") not in (None, "none")
+    return str(case.get("formula", "")).startswith("loss.") and _real(p.get("beta") or 0) > 0 \
+        and p.get("is_level") not in (None, "none")
 
 
 def nonfinite_or_huge_masked(case: dict) -> bool:
-    """A masked position holds NaN or an infinity (``nonfinite_masked``) or a finite real value of
-    magnitude above 1e30: junk that a per-token term built at every position by multiplication (-A r
-    of a 3e38 advantage) turns into inf in float32, and inf times its zero mask into NaN. Unlike
-    ``nonfinite_or_overflowing_masked`` it leaves out finite log-probs whose difference merely
-    overflows exp (where the framework clamps the log-ratio first)."""
+    """``nonfinite_masked``, or a finite real value above 1e30 in magnitude at a masked position (its product
+    with a factor above 1 overflows float32); unlike nonfinite_or_overflowing_masked, not a mere exp overflow."""
     return nonfinite_masked(case) or _huge_masked(case)
