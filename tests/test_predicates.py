@@ -218,3 +218,43 @@ def test_k3_unbiased_beyond_20_or_10_unclamped_is_where_always_on_clamps_bind():
                  old_logprobs=[[-1.0]], ref_logprobs=[[24.0]], mask=[[True]], advantages=[1.0])
     assert p(loss)
     assert "k3_unbiased_beyond_20_or_10_unclamped" in predicates.predicates()
+
+
+def test_k2_score_nonfinite_or_overflowing_masked_needs_a_k2_score_and_masked_junk():
+    p = predicates.k2_score_nonfinite_or_overflowing_masked
+    junk = dict(logprobs=[[-1.0, float("nan")]], ref_logprobs=[[-1.5, 0.0]], mask=[[True, False]])
+    clean = dict(logprobs=[[-1.0, -2.0]], ref_logprobs=[[-1.5, 0.0]], mask=[[True, False]])
+    huge = dict(logprobs=[[-1.0, -3.004e38]], ref_logprobs=[[-1.5, 0.0]], mask=[[True, False]])
+    assert p(_case("kl.k2", **junk)) and p(_case("kl.k3_straight_through", **junk)) and p(_case("kl.k2", **huge))
+    assert not p(_case("kl.k2", **clean)) and not p(_case("kl.k3", **junk)) and not p(_case("kl.k1", **junk))
+    rec = dict(junk, old_logprobs=[[-1.0, -1.0]], advantages=[1.0])
+    assert p(_case("loss.dapo", {"beta": "0.04", "kl_estimator": "k2"}, **rec))
+    assert p(_case("loss.dapo", {"beta": 0.25, "kl_estimator": "k3_straight_through"}, **rec))
+    assert not p(_case("loss.dapo", {"beta": "0.04", "kl_estimator": "k3"}, **rec))     # no k2 score
+    assert not p(_case("loss.dapo", {"beta": 0, "kl_estimator": "k2"}, **rec))          # no KL term
+    assert not p(_case("loss.dapo", {"beta": 0.25, "kl_estimator": "k2"}, **dict(rec, logprobs=[[-1.0, -2.0]])))
+    assert "k2_score_nonfinite_or_overflowing_masked" in predicates.predicates()
+
+
+def test_kl_term_with_is_weight_needs_both_a_kl_term_and_an_is_level():
+    p = predicates.kl_term_with_is_weight
+    ins = dict(logprobs=[[-1.0]], old_logprobs=[[-1.0]], sampler_logprobs=[[-1.5]], ref_logprobs=[[-0.5]],
+               mask=[[True]], advantages=[0.0])
+    assert p(_case("loss.cispo", {"is_level": "token", "beta": 0.04}, **ins))
+    assert p(_case("loss.grpo", {"is_level": "geometric"}, **ins))                  # loss.grpo's beta 0.04 default
+    assert not p(_case("loss.grpo", {"is_level": "token", "beta": 0}, **ins))
+    assert not p(_case("loss.cispo", {"beta": 0.04}, **ins))                       # is_level none (default)
+    assert not p(_case("kl.k3", {}, logprobs=[[-1.0]], ref_logprobs=[[-0.5]], mask=[[True]]))
+    assert "kl_term_with_is_weight" in predicates.predicates()
+
+
+def test_nonfinite_or_huge_masked_leaves_out_a_merely_overflowing_log_ratio():
+    f = "loss.grpo"
+    base = dict(logprobs=[[-1.0, -1.0]], old_logprobs=[[-1.0, -1.0]], mask=[[True, False]])
+    huge = _case(f, advantages=[[0.5, 3.004e38]], **base)
+    assert predicates.nonfinite_or_huge_masked(huge) and not predicates.nonfinite_masked(huge)
+    assert not predicates.nonfinite_or_huge_masked(_case(f, advantages=[[3.004e38, 0.5]], **base))   # unmasked
+    assert predicates.nonfinite_or_huge_masked(_case(f, advantages=[[0.5, float("nan")]], **base))
+    far = _case(f, advantages=[[0.5, 0.5]], **dict(base, old_logprobs=[[-1.0, -1001.0]]))
+    assert predicates.nonfinite_or_overflowing_masked(far) and not predicates.nonfinite_or_huge_masked(far)
+    assert "nonfinite_or_huge_masked" in predicates.predicates()

@@ -774,3 +774,27 @@ def k3_unbiased_beyond_20_or_10_unclamped(case: dict) -> bool:
         if lw + _log_k3(x) > math.log(10):       # w k3(x) > 10
             return True
     return False
+
+
+
+def k2_score_nonfinite_or_overflowing_masked(case: dict) -> bool:
+    """The case computes the k2 score (x^2)/2 (kl.k2, kl.k3_straight_through's gradient, a loss.* KL term
+    with beta > 0 and kl_estimator k2 or k3_straight_through) and ``nonfinite_or_overflowing_masked`` holds."""
+    f, p = str(case.get("formula", "")), _params(case)
+    k2 = f in ("kl.k2", "kl.k3_straight_through") or f.startswith("loss.") and _real(p.get("beta") or 0) > 0 \
+        and p.get("kl_estimator") in ("k2", "k3_straight_through")
+    return k2 and nonfinite_or_overflowing_masked(case)
+
+
+def kl_term_with_is_weight(case: dict) -> bool:
+    """The case is a loss.* recipe with a KL term (beta > 0) and an importance-sampling correction
+    (``is_level`` not ``"none"``), where a framework may weight the KL term by w^IS too."""
+    p = _params(case)
+    return str(case.get("formula", "")).startswith("loss.") and _real(p.get("beta") or 0) > 0 \
+        and p.get("is_level") not in (None, "none")
+
+
+def nonfinite_or_huge_masked(case: dict) -> bool:
+    """``nonfinite_masked``, or a finite real value above 1e30 in magnitude at a masked position (its product
+    with a factor above 1 overflows float32); unlike nonfinite_or_overflowing_masked, not a mere exp overflow."""
+    return nonfinite_masked(case) or _huge_masked(case)
