@@ -1,6 +1,6 @@
 """Input predicates added for OAT's and torchtune's capabilities: mask_gaps and eps_asymmetric."""
 
-from pgspec.conformance.verdicts import predicates
+from pgspec.conformance.verdicts import predicates, predicates_precision
 
 
 def _case(formula, params=None, **inputs):
@@ -220,8 +220,47 @@ def test_k3_unbiased_beyond_20_or_10_unclamped_is_where_always_on_clamps_bind():
     assert "k3_unbiased_beyond_20_or_10_unclamped" in predicates.predicates()
 
 
+def test_k2_score_nonfinite_or_overflowing_masked_needs_a_k2_score_and_masked_junk():
+    p = predicates.k2_score_nonfinite_or_overflowing_masked
+    junk = dict(logprobs=[[-1.0, float("nan")]], ref_logprobs=[[-1.5, 0.0]], mask=[[True, False]])
+    clean = dict(logprobs=[[-1.0, -2.0]], ref_logprobs=[[-1.5, 0.0]], mask=[[True, False]])
+    huge = dict(logprobs=[[-1.0, -3.004e38]], ref_logprobs=[[-1.5, 0.0]], mask=[[True, False]])
+    assert p(_case("kl.k2", **junk)) and p(_case("kl.k3_straight_through", **junk)) and p(_case("kl.k2", **huge))
+    assert not p(_case("kl.k2", **clean)) and not p(_case("kl.k3", **junk)) and not p(_case("kl.k1", **junk))
+    rec = dict(junk, old_logprobs=[[-1.0, -1.0]], advantages=[1.0])
+    assert p(_case("loss.dapo", {"beta": "0.04", "kl_estimator": "k2"}, **rec))
+    assert p(_case("loss.dapo", {"beta": 0.25, "kl_estimator": "k3_straight_through"}, **rec))
+    assert not p(_case("loss.dapo", {"beta": "0.04", "kl_estimator": "k3"}, **rec))     # no k2 score
+    assert not p(_case("loss.dapo", {"beta": 0, "kl_estimator": "k2"}, **rec))          # no KL term
+    assert not p(_case("loss.dapo", {"beta": 0.25, "kl_estimator": "k2"}, **dict(rec, logprobs=[[-1.0, -2.0]])))
+    assert "k2_score_nonfinite_or_overflowing_masked" in predicates.predicates()
+
+
+def test_kl_term_with_is_weight_needs_both_a_kl_term_and_an_is_level():
+    p = predicates.kl_term_with_is_weight
+    ins = dict(logprobs=[[-1.0]], old_logprobs=[[-1.0]], sampler_logprobs=[[-1.5]], ref_logprobs=[[-0.5]],
+               mask=[[True]], advantages=[0.0])
+    assert p(_case("loss.cispo", {"is_level": "token", "beta": 0.04}, **ins))
+    assert p(_case("loss.grpo", {"is_level": "geometric"}, **ins))                  # loss.grpo's beta 0.04 default
+    assert not p(_case("loss.grpo", {"is_level": "token", "beta": 0}, **ins))
+    assert not p(_case("loss.cispo", {"beta": 0.04}, **ins))                       # is_level none (default)
+    assert not p(_case("kl.k3", {}, logprobs=[[-1.0]], ref_logprobs=[[-0.5]], mask=[[True]]))
+    assert "kl_term_with_is_weight" in predicates.predicates()
+
+
+def test_nonfinite_or_huge_masked_leaves_out_a_merely_overflowing_log_ratio():
+    f = "loss.grpo"
+    base = dict(logprobs=[[-1.0, -1.0]], old_logprobs=[[-1.0, -1.0]], mask=[[True, False]])
+    huge = _case(f, advantages=[[0.5, 3.004e38]], **base)
+    assert predicates.nonfinite_or_huge_masked(huge) and not predicates.nonfinite_masked(huge)
+    assert not predicates.nonfinite_or_huge_masked(_case(f, advantages=[[3.004e38, 0.5]], **base))   # unmasked
+    assert predicates.nonfinite_or_huge_masked(_case(f, advantages=[[0.5, float("nan")]], **base))
+    far = _case(f, advantages=[[0.5, 0.5]], **dict(base, old_logprobs=[[-1.0, -1001.0]]))
+    assert predicates.nonfinite_or_overflowing_masked(far) and not predicates.nonfinite_or_huge_masked(far)
+    assert "nonfinite_or_huge_masked" in predicates.predicates()
+
 def test_entropy_quantile_float32_keep_differs_where_a_float32_position_rounds_onto_a_tie():
-    p = predicates.entropy_quantile_float32_keep_differs
+    p = predicates_precision.entropy_quantile_float32_keep_differs
     f = "mask.entropy_quantile"
     eight = dict(entropy=[[0.0] * 7 + [0.03125]], mask=[[True] * 8])
     seven = dict(entropy=[[0.0] * 5 + [0.03125, 0.0625]], mask=[[True] * 7])
@@ -251,7 +290,7 @@ def test_masked_logits_overflow_float32_once_divided_by_the_temperature():
     big = 1.765625 * 2.0 ** 127          # 3.004e38, finite in float32
     f = "logprob.token"
     row = dict(logits=[[[1.0, 2.0, 0.5], [big, 1.0, -big]]], targets=[[1, 0]], mask=[[True, False]])
-    p = predicates.masked_logits_overflow_float32
+    p = predicates_precision.masked_logits_overflow_float32
     assert p(_case(f, {"temperature": "0.1"}, **row))
     assert not p(_case(f, {}, **row))                               # 3.004e38 itself fits float32
     assert p(_case(f, {"logit_scale": 2}, **row))                   # s z overflows

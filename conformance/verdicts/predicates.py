@@ -129,18 +129,13 @@ def packed_documents(case: dict) -> bool:
 
 
 def predicates() -> dict:
-    """{name: function} for every public predicate of this module (a function added here is known)."""
+    """{name: function} for every public predicate of this module and of predicates_precision."""
     import inspect
     import sys
 
-    from . import predicates_precision
-
-    out = {}
-    for module in (sys.modules[__name__], predicates_precision):
-        out.update({name: fn for name, fn in inspect.getmembers(module, inspect.isfunction)
-                    if not name.startswith("_") and fn.__module__ == module.__name__
-                    and name not in ("inputs_of", "predicates")})
-    return out
+    from . import predicates_precision as pp
+    return {n: fn for m in (sys.modules[__name__], pp) for n, fn in inspect.getmembers(m, inspect.isfunction)
+            if not n.startswith("_") and fn.__module__ == m.__name__ and n not in ("inputs_of", "predicates")}
 
 
 def _params(case: dict) -> dict:
@@ -673,14 +668,12 @@ def _huge_masked(case: dict) -> bool:
 
 
 def nonfinite_or_overflowing_masked(case: dict) -> bool:
-    """A masked position holds NaN or an infinity (``nonfinite_masked``), finite log-probs whose
-    difference exceeds 88.7 (``masked_log_ratio_overflows``), a finite real [B,T] value of magnitude
-    above 1e30 (a product with it overflows float32, whose largest value is 3.4e38), or a finite
-    [B,T,V] logit that overflows float32 once transformed (``masked_logits_overflow_float32``): junk
-    that a framework computing at every position turns into inf, and inf times its zero mask (or
-    inf - inf in a log-sum-exp) into NaN."""
-    return (nonfinite_masked(case) or masked_log_ratio_overflows(case) or _huge_masked(case)
-            or masked_logits_overflow_float32(case))
+    """NaN or an infinity at a masked position (``nonfinite_masked``), finite log-probs there differing by
+    more than 88.7 (``masked_log_ratio_overflows``), a finite real value above 1e30 (a product overflows
+    float32), or a [B,T,V] logit overflowing float32 once transformed (``masked_logits_overflow_float32``):
+    junk a framework computing at every position turns into inf, and inf times its zero mask into NaN."""
+    from .predicates_precision import masked_logits_overflow_float32 as logits_overflow
+    return nonfinite_masked(case) or masked_log_ratio_overflows(case) or _huge_masked(case) or logits_overflow(case)
 
 
 def k3_unbiased_gradient_cancels(case: dict) -> bool:
@@ -784,5 +777,24 @@ def k3_unbiased_beyond_20_or_10_unclamped(case: dict) -> bool:
     return False
 
 
-# predicates about float32 rounding in a framework's own computation, in their own module (module length)
-from .predicates_precision import entropy_quantile_float32_keep_differs, masked_logits_overflow_float32  # noqa: E402,F401
+def k2_score_nonfinite_or_overflowing_masked(case: dict) -> bool:
+    """The case computes the k2 score (x^2)/2 (kl.k2, kl.k3_straight_through's gradient, a loss.* KL term
+    with beta > 0 and kl_estimator k2 or k3_straight_through) and ``nonfinite_or_overflowing_masked`` holds."""
+    f, p = str(case.get("formula", "")), _params(case)
+    k2 = f in ("kl.k2", "kl.k3_straight_through") or f.startswith("loss.") and _real(p.get("beta") or 0) > 0 \
+        and p.get("kl_estimator") in ("k2", "k3_straight_through")
+    return k2 and nonfinite_or_overflowing_masked(case)
+
+
+def kl_term_with_is_weight(case: dict) -> bool:
+    """The case is a loss.* recipe with a KL term (beta > 0) and an importance-sampling correction
+    (``is_level`` not ``"none"``), where a framework may weight the KL term by w^IS too."""
+    p = _params(case)
+    return str(case.get("formula", "")).startswith("loss.") and _real(p.get("beta") or 0) > 0 \
+        and p.get("is_level") not in (None, "none")
+
+
+def nonfinite_or_huge_masked(case: dict) -> bool:
+    """``nonfinite_masked``, or a finite real value above 1e30 in magnitude at a masked position (its product
+    with a factor above 1 overflows float32); unlike nonfinite_or_overflowing_masked, not a mere exp overflow."""
+    return nonfinite_masked(case) or _huge_masked(case)

@@ -1,6 +1,6 @@
 """Input predicates about float32 rounding in a framework's own computation (spec/verdicts.md): the
 entropy quantile's float32 position, and masked logits that overflow float32 once transformed.  They
-are predicates of :mod:`.predicates` (its ``predicates()`` lists them, and it re-exports them)."""
+are predicates of :mod:`.predicates` (its ``predicates()`` lists them)."""
 
 from __future__ import annotations
 

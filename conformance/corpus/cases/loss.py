@@ -680,8 +680,41 @@ def seeds():
     return out
 
 
+# regimes the fuzzer found (issue 42, docs/fuzz.md "Measured") ---------------------------------
+
+# 1.765625 * 2^127 = 3.004e38: bfloat16-exact, finite in float32; 1.2 times it overflows float32 and bfloat16
+BIG = 1.765625 * 2.0 ** 127
+
+
+def fuzz_found(fid):
+    out = []
+    base = dict(BATCH, advantages=A_SEQ)
+    if fid in GROUPED:
+        out.append(case(fid, "masked-nan-inf-token-mean-kl-k2", "edge",
+                        "NaN and infinities at masked positions of every input, the KL term's reference log-probs too "
+                        "(beta = 0.04, k2: the score (l - l_ref)^2 / 2 of a masked junk log-prob is NaN or inf), with "
+                        "the batch-pooled token mean",
+                        DIRTY, {"aggregation": "token_mean", "beta": "0.04", "kl_estimator": "k2"}))
+    if fid in TOKEN_ADV:
+        out.append(case(fid, "masked-overflowing-advantage", "edge",
+                        "per-token advantages with a finite 3.004e38 (bfloat16-exact) at the masked positions, "
+                        "where the log-ratio l - l_old is -0.5, -0.25 and 0.5: at the last, r A = 1.65 A (and a "
+                        "clipped 1.2 A) overflows float32 and bfloat16; masked, it must reach neither the loss nor the gradient",
+                        dict(base, advantages=[[a if m else BIG for a, m in zip(ra, rm)]
+                                               for ra, rm in zip(A_TOK, MASK)]), no_kl(fid)))
+    if fid != "loss.vespo":     # VESPO folds its IS weight in itself (no is_level)
+        out.append(case(fid, "kl-with-token-is", "edge",
+                        "token IS truncation (is_level token, c_max 2) with beta 0.25 and kl.k3: the IS weight "
+                        "multiplies the policy term only, never the KL term; token rho = e^(l_old - l_mu) in {e^0.25, "
+                        "e^0.125, e^-0.125, 1, e^0.0625}, none truncated, and x = l_ref - l nonzero",
+                        dict(base, advantages=A_TOK if fid in TOKEN_ADV else A_SEQ),
+                        {"is_level": "token", "beta": 0.25, "kl_estimator": "k3"}))
+    return out
+
+
 def cases():
     out = examples() + regressions() + extras() + presets() + binding() + seeds()
     for k, fid in enumerate(IDS):
         out += edges(fid) + options(fid) + randoms(fid, k) + scales(fid, k)
+        out += fuzz_found(fid)
     return out
