@@ -165,6 +165,8 @@ def test_the_built_in_backend_passes_a_short_seeded_fuzz(capsys):
     (["--budget", "ten"], "--budget: must be a duration"),
     (["--budget", "0s"], "--budget: must be a positive duration"),
     (["-n", "0"], "must be a positive integer"),
+    (["--case-timeout", "0"], "--case-timeout: must be a positive number of seconds"),
+    (["--case-timeout", "soon"], "--case-timeout: must be a number of seconds"),
 ])
 def test_bad_input_exits_2_with_one_clear_line(argv, message, capsys):
     code = main(["fuzz", *argv])
