@@ -702,6 +702,13 @@ def fuzz_found(fid):
                         "clipped 1.2 A) overflows float32 and bfloat16; masked, it must reach neither the loss nor the gradient",
                         dict(base, advantages=[[a if m else BIG for a, m in zip(ra, rm)]
                                                for ra, rm in zip(A_TOK, MASK)]), no_kl(fid)))
+    if fid in GROUPED:
+        out.append(case(fid, "masked-nan-advantage-token-mean", "edge",
+                        "per-token advantages with NaN at the masked positions (finite log-probs there), with the "
+                        "batch-pooled token mean (the DAPO/CISPO aggregation TRL, Liger and verl run): it must reach "
+                        "neither the loss nor the gradient",
+                        dict(base, advantages=[[a if m else "nan" for a, m in zip(ra, rm)]
+                                               for ra, rm in zip(A_TOK, MASK)]), {"aggregation": "token_mean"}))
     if fid != "loss.vespo":     # VESPO folds its IS weight in itself (no is_level)
         out.append(case(fid, "kl-with-token-is", "edge",
                         "token IS truncation (is_level token, c_max 2) with beta 0.25 and kl.k3: the IS weight "
