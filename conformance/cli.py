@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from .cli_common import FORMULAS_HELP, MIN_FREE_BYTES, _adapter_call, _report_path_problem, _say  # noqa: F401
+from .cli_common import FORMULAS_HELP, MIN_FREE_BYTES, _adapter_call, _report_path_problem, _say, seconds_arg  # noqa: F401
 
 
 def _globs(spec: str) -> list[str]:
@@ -409,11 +409,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--source", metavar="PATH", default=None,
                    help="the framework checkout for nemo_rl, slime, fast_llm, megatron (default: "
                         "$PGSPEC_<NAME>_SOURCE)")
-    r.add_argument("--case-timeout", type=_seconds, default=None, metavar="SECONDS",
+    r.add_argument("--case-timeout", type=seconds_arg, default=None, metavar="SECONDS",
                    help="a case that takes longer becomes an error outcome: with --python the worker is killed, in "
                         "this process the adapter's Python code is interrupted (default: 300 with --python, no limit "
                         "in this process; docs/bad-input.md)")
-    r.add_argument("--startup-timeout", type=_seconds, default=300.0, metavar="SECONDS",
+    r.add_argument("--startup-timeout", type=seconds_arg, default=300.0, metavar="SECONDS",
                    help="with --python: the worker must load the adapter within this time")
     r.set_defaults(func=_run)
     a = command("adapters")
@@ -538,15 +538,6 @@ def _check(args) -> int:
 
 def _check_outcome(res) -> str:
     return {"bug": "known bug", "convention": "convention"}.get(res.outcome, res.outcome)
-
-
-def _seconds(text: str) -> float:
-    from .run.untrusted import parse_seconds
-
-    try:
-        return parse_seconds(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 ISSUES_URL = "the pgspec issue tracker"

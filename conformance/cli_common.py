@@ -1,5 +1,6 @@
 """What the ``pgspec`` subcommands share (``cli`` and ``fuzz.command``): one-line messages, an adapter's
-own methods called as the user's code, and a report path checked before any work.  At the edge, beside
+own methods called as the user's code, a time limit as an argparse type, and a report path checked
+before any work.  At the edge, beside
 ``cli``; it imports nothing above the run."""
 
 from __future__ import annotations
@@ -9,6 +10,19 @@ import sys
 
 
 FORMULAS_HELP = "formula or case ID globs, comma-separated (e.g. 'kl.*,loss.grpo')"
+
+
+def seconds_arg(text: str) -> float:
+    """``--case-timeout`` / ``--startup-timeout`` as argparse reads them: run.untrusted.parse_seconds,
+    a bad value a usage error (exit 2)."""
+    import argparse
+
+    from .run.untrusted import parse_seconds
+
+    try:
+        return parse_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _say(message: str) -> None:

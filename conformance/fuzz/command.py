@@ -32,7 +32,7 @@ def parse_budget(text: str) -> float:
 
 
 def add_arguments(p) -> None:
-    from ..cli_common import FORMULAS_HELP
+    from ..cli_common import FORMULAS_HELP, seconds_arg
 
     p.add_argument("--adapter", default="torch",
                    help="built-in adapter name (pgspec adapters lists them), or module:object for your own adapter")
@@ -54,22 +54,11 @@ def add_arguments(p) -> None:
                    help="write each new counterexample as a case definition (conformance/cases form) under DIR "
                         "(default: none)")
     p.add_argument("--json", metavar="PATH", default=None, help="also write the whole report as JSON (default: none)")
-    p.add_argument("--case-timeout", type=_seconds, default=DEFAULT_CASE_TIMEOUT, metavar="SECONDS",
+    p.add_argument("--case-timeout", type=seconds_arg, default=DEFAULT_CASE_TIMEOUT, metavar="SECONDS",
                    help="time limit of one adapter call: a call that does not return within it is the example's "
                         f"error, a counterexample (default: {DEFAULT_CASE_TIMEOUT:g})")
     p.add_argument("--no-database", action="store_true",
                    help="neither replay nor keep failing examples in the example database (<pgspec cache>/fuzz)")
-
-
-def _seconds(text: str) -> float:
-    import argparse
-
-    from ..run.untrusted import parse_seconds
-
-    try:
-        return parse_seconds(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _positive_int(text: str) -> int:
