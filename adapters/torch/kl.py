@@ -99,12 +99,14 @@ def _estimator(fid):
 
 
 def k3_straight_through(inputs, params):
-    """sg[clip(k3(clip(x, a, b)), c, d)] + k2(x) - sg[k2(x)] (verl's k3+)."""
+    """sg[clip(k3(clip(x, a, b)), c, d)] + k2(x) - sg[k2(x)] (verl's k3+).
+
+    The k2 score's straight-through term, of value 0 and gradient x, is formed as sg[x] (x - sg[x]),
+    not as k2(x) - sg[k2(x)]: x^2 / 2 overflows float16 at |x| > 362 (inf - inf = NaN)."""
     a, b, c, d = _bounds("kl.k3_straight_through", params)
     x = log_ratio(inputs)
     value = clamped_estimate(k3, x, a, b, c, d)
-    score = k2(x)
-    return {"kl": score - score.detach() + value.detach()}
+    return {"kl": value.detach() + x.detach() * (x - x.detach())}
 
 
 class _ImportanceWeightedK3(torch.autograd.Function):
@@ -122,8 +124,17 @@ class _ImportanceWeightedK3(torch.autograd.Function):
         zero = torch.zeros_like(x)
         k = k3(xc)
         # w overflows in float32 at l - l_old > 88.7: where k3 or x is exactly 0 the spec's product
-        # is 0, so that 0 is selected, never formed as inf * 0 = NaN
+        # is 0, so that 0 is selected, never formed as inf * 0 = NaN; where w or k3 alone leaves the
+        # dtype's range (w = e^-768 = 0 next to k3(768) = inf in float64) the product is formed in log
+        # space, e^(l - l_old + log k3(x)), with log k3(x) = x + log1p(-(1 + x) e^-x) for large x
         y = torch.where(k == 0, zero, w * k)
+        apart = (k != 0) & (~torch.isfinite(w) | ~torch.isfinite(k) | (w == 0))
+        if bool(apart.any()):
+            xs = torch.where(apart, xc, zero)
+            big = xs > 1
+            log_k = torch.where(big, xs + torch.log1p(-(1 + xs) * torch.exp(-torch.where(big, xs, zero))),
+                                torch.log(torch.where(big, torch.ones_like(xs), k3(xs))))
+            y = torch.where(apart, torch.exp(logprobs - old_logprobs + log_k), y)
         inside = xc == x
         grad = torch.where(inside, torch.where(x == 0, zero, -(w * x)), zero if sg_ratio_where_clamped else y)
         grad = torch.where(_held(y, c, d), torch.zeros_like(grad), grad)
