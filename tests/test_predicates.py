@@ -257,7 +257,25 @@ def test_nonfinite_or_huge_masked_leaves_out_a_merely_overflowing_log_ratio():
     assert predicates.nonfinite_or_huge_masked(_case(f, advantages=[[0.5, float("nan")]], **base))
     far = _case(f, advantages=[[0.5, 0.5]], **dict(base, old_logprobs=[[-1.0, -1001.0]]))
     assert predicates.nonfinite_or_overflowing_masked(far) and not predicates.nonfinite_or_huge_masked(far)
+    # a huge masked log-prob (ratio 1 there) is no overflowing per-token loss: the k2 square overflows instead
+    junk = _case(f, {"beta": 0.25, "kl_estimator": "k2"}, advantages=[0.5], ref_logprobs=[[-1.0, 0.0]],
+                 **dict(base, logprobs=[[-1.0, 3.004e38]], old_logprobs=[[-1.0, 3.004e38]]))
+    assert not predicates.nonfinite_or_huge_masked(junk)
+    assert predicates.k2_score_nonfinite_or_overflowing_masked(junk)
     assert "nonfinite_or_huge_masked" in predicates.predicates()
+
+
+def test_log_ratio_overflows_float64_past_709_78_at_an_unmasked_token():
+    p = predicates_precision.log_ratio_overflows_float64
+    f = "surrogate.ppo_clip"
+    row = dict(mask=[[True, False]], advantages=[[0.0, 0.0]])
+    assert p(_case(f, logprobs=[[0.0, 0.0]], old_logprobs=[[-768.0, 0.0]], **row))
+    assert p(_case(f, logprobs=[[-768.0, 0.0]], old_logprobs=[[0.0, 0.0]], **row))           # either sign
+    assert not p(_case(f, logprobs=[[0.0, 0.0]], old_logprobs=[[-709.5, 0.0]], **row))      # e^709.5 is finite
+    assert not p(_case(f, logprobs=[[0.0, 0.0]], old_logprobs=[[-200.0, 0.0]], **row))      # float32's regime only
+    assert not p(_case(f, logprobs=[[0.0, 0.0]], old_logprobs=[[0.0, -768.0]], **row))      # masked
+    assert p(_case("kl.k3", logprobs=[[-768.0, 0.0]], ref_logprobs=[[0.0, 0.0]], mask=[[True, False]]))
+    assert "log_ratio_overflows_float64" in predicates.predicates()
 
 def test_entropy_quantile_float32_keep_differs_where_a_float32_position_rounds_onto_a_tie():
     p = predicates_precision.entropy_quantile_float32_keep_differs
@@ -286,6 +304,23 @@ def test_entropy_quantile_float32_keep_differs_where_a_float32_position_rounds_o
     assert "entropy_quantile_float32_keep_differs" in predicates.predicates()
 
 
+def test_entropy_quantile_float32_differs_where_the_position_is_large_against_its_fraction():
+    p = predicates_precision.entropy_quantile_float32_differs
+    f = "mask.entropy_quantile"
+    seven = dict(entropy=[[0.0] * 6 + [0.03125]], mask=[[True] * 7])
+    # the fuzzer's example (ms-swift): h = 5.4, h32 = 5.39999962: q = 1/80 is 16 float32 ulps off, no keep changes
+    assert p(_case(f, {"top_entropy_quantile": 0.1}, **seven))
+    assert not predicates_precision.entropy_quantile_float32_keep_differs(_case(f, {"top_entropy_quantile": 0.1}, **seven))
+    # the same position next to large entropies: the step is small against q, the float32 tolerance holds it
+    assert not p(_case(f, {"top_entropy_quantile": 0.1}, entropy=[[1.0] * 6 + [1.03125]], mask=[[True] * 7]))
+    assert not p(_case(f, {"top_entropy_quantile": 0.5}, **seven))      # h = 3 exactly, in float32 too
+    assert not p(_case(f, {"top_entropy_quantile": "0.3"}, entropy=[[0.5, 1.0, 2.0, 3.0]], mask=[[True] * 4]))
+    # the keep differences of the predicate it extends, and a recipe reads keep only
+    assert p(_case(f, {"top_entropy_quantile": 1 / 7 - 6.5e-14}, entropy=[[0.0] * 7 + [0.03125]], mask=[[True] * 8]))
+    assert not p(_case("loss.grpo", {"entropy_quantile": 0.1}, **seven))
+    assert "entropy_quantile_float32_differs" in predicates.predicates()
+
+
 def test_masked_logits_overflow_float32_once_divided_by_the_temperature():
     big = 1.765625 * 2.0 ** 127          # 3.004e38, finite in float32
     f = "logprob.token"
@@ -299,3 +334,45 @@ def test_masked_logits_overflow_float32_once_divided_by_the_temperature():
     assert not p(_case(f, {"temperature": 0}, **row))              # a rejected temperature: no transform
     assert predicates.nonfinite_or_overflowing_masked(_case(f, {"temperature": "0.1"}, **row))
     assert not predicates.nonfinite_or_overflowing_masked(_case(f, {}, **row))
+
+
+def test_log_normalizer_above_8_after_the_transform():
+    p = predicates_precision.log_normalizer_above_8
+    f = "logprob.token"
+    row = dict(logits=[[[0.0, 0.0, 2.625, 3.25]]], targets=[[0]], mask=[[True]])
+    assert p(_case(f, {"logit_scale": 10, "temperature": "0.5"}, **row))     # z' up to 65: log Z = 65 + 3.7e-6
+    assert not p(_case(f, {}, **row))                                         # log Z = 3.6
+    assert not p(_case(f, {"logit_scale": 10, "temperature": "0.5"}, logits=row["logits"], targets=[[0]],
+                       mask=[[False]]))                                       # masked
+    assert p(_case(f, {}, logits=[[[-20.0, -30.0]]], targets=[[0]], mask=[[True]]))   # |log Z| = 20, below 0
+    assert not p(_case(f, {"softcap": 2}, logits=[[[20.0, 30.0]]], targets=[[0]], mask=[[True]]))  # capped at 2
+    assert "log_normalizer_above_8" in predicates.predicates()
+
+
+def test_kl_gradient_paths_cancel_at_zero_log_ratio_needs_a_k3_term_and_an_on_reference_token():
+    p = predicates_precision.kl_gradient_paths_cancel_at_zero_log_ratio
+    base = dict(logprobs=[[0.0, -0.015625]], old_logprobs=[[-2.0, -0.015625]], mask=[[True, True]],
+                advantages=[0.125], ref_logprobs=[[-2.0, -0.015625]])
+    k3 = {"beta": "0.04", "kl_estimator": "k3"}
+    assert p(_case("loss.vespo", k3, **base))
+    assert p(_case("loss.cispo", dict(k3, kl_estimator="k3_unbiased"), **base))
+    assert not p(_case("loss.vespo", dict(k3, beta=0), **base))                 # no KL term
+    assert not p(_case("loss.vespo", dict(k3, kl_estimator="k2"), **base))      # k2's gradient x is one path
+    assert not p(_case("kl.k3", {}, **base))                                    # a recipe's KL term only
+    assert not p(_case("loss.vespo", k3, **dict(base, mask=[[True, False]])))   # the x = 0 token is masked
+    assert not p(_case("loss.vespo", k3, **dict(base, ref_logprobs=[[-2.0, -0.0078125]])))
+    assert "kl_gradient_paths_cancel_at_zero_log_ratio" in predicates.predicates()
+
+
+def test_rollout_log_ratio_beyond_20_reads_a_recipes_is_options():
+    p = predicates.rollout_log_ratio_beyond_20
+    base = dict(logprobs=[[-201.0, -1.0]], old_logprobs=[[-201.0, -1.0]], sampler_logprobs=[[-1.0, -1.0]],
+                mask=[[True, True]], advantages=[0.5])
+    assert p(_case("loss.grpo", {"is_level": "token"}, **base))
+    assert not p(_case("loss.grpo", {}, **base))                                          # no IS correction
+    assert not p(_case("loss.grpo", {"is_level": "token", "is_log_ratio_clamp": 20}, **base))
+    assert p(_case("loss.grpo", {"is_level": "token", "log_ratio_clamp": 20}, **base))   # the policy's clamp
+    assert not p(_case("loss.grpo", {"is_level": "token"}, **dict(base, sampler_logprobs=[[-200.0, -1.0]])))
+    is_base = {k: v for k, v in base.items() if k not in ("advantages", "logprobs")}
+    assert p(_case("is.token.truncate", {}, **is_base))
+    assert not p(_case("is.token.truncate", {"log_ratio_clamp": 20}, **is_base))

@@ -1,10 +1,9 @@
 """Named predicates over a golden case's inputs, for declarations (spec/verdicts.md).
 
-A capability or a rule names input forms by these predicates (``inputs = ["empty_row"]``, or
-``"not per_token_advantages"``).  Each function's docstring is its definition.  ``case`` is a golden
-case; its inputs are read through :func:`inputs_of` (generated scale-case inputs included), real
-values as Python floats, masks as bools.  A predicate that concerns an input the case does not
-have is false.
+A capability or a rule names input forms by these predicates (``inputs = ["empty_row"]``, or ``"not
+per_token_advantages"``).  Each function's docstring is its definition.  ``case`` is a golden case; its inputs
+are read through :func:`inputs_of` (generated scale-case inputs included), real values as Python floats, masks
+as bools.  A predicate that concerns an input the case does not have is false.
 """
 
 from __future__ import annotations
@@ -129,12 +128,12 @@ def packed_documents(case: dict) -> bool:
 
 
 def predicates() -> dict:
-    """{name: function} for every public predicate of this module and of predicates_precision."""
+    """{name: function} for every public predicate of this module, predicates_precision and predicates_clamps."""
     import inspect
     import sys
 
-    from . import predicates_precision as pp
-    return {n: fn for m in (sys.modules[__name__], pp) for n, fn in inspect.getmembers(m, inspect.isfunction)
+    from . import predicates_clamps as pc, predicates_precision as pp
+    return {n: fn for m in (sys.modules[__name__], pp, pc) for n, fn in inspect.getmembers(m, inspect.isfunction)
             if not n.startswith("_") and fn.__module__ == m.__name__ and n not in ("inputs_of", "predicates")}
 
 
@@ -563,10 +562,12 @@ def k3_above_10_unclamped(case: dict) -> bool:
 
 
 def rollout_log_ratio_beyond_20(case: dict) -> bool:
-    """The case sets no log-ratio clamp (``log_ratio_clamp`` null) and the rollout log-ratio
-    old_logprobs - sampler_logprobs (logprobs - sampler_logprobs where old_logprobs is not given)
-    exceeds 20 in magnitude at some unmasked position, or its sum over some row does."""
-    if _params(case).get("log_ratio_clamp") is not None:
+    """The case sets no clamp of the rollout log-ratio (an is.* ``log_ratio_clamp``; a loss.* recipe with
+    ``is_level`` set and no ``is_log_ratio_clamp``), and old_logprobs - sampler_logprobs (logprobs where
+    old_logprobs is not given) exceeds 20 in magnitude at some unmasked position, or its sum over a row does."""
+    p, recipe = _params(case), str(case.get("formula", "")).startswith("loss.")
+    if p.get("is_log_ratio_clamp" if recipe else "log_ratio_clamp") is not None or recipe and \
+            p.get("is_level", "none") == "none":
         return False
     ins = inputs_of(case)
     num = ins.get("old_logprobs") if isinstance(ins.get("old_logprobs"), list) else ins.get("logprobs")
@@ -655,11 +656,11 @@ def masked_log_ratio_overflows(case: dict) -> bool:
     return False
 
 
-def _huge_masked(case: dict) -> bool:
+def _huge_masked(case: dict, names=None) -> bool:
     mask = _mask(case)
     if not isinstance(mask, list):
         return False
-    for _, value in _real_inputs(case):
+    for _, value in ((n, v) for n, v in _real_inputs(case) if names is None or n in names):
         for row, mrow in zip(_rows(value), mask):
             for v, m in zip(_rows(row), _rows(mrow)):
                 if not m and not isinstance(v, list) and math.isfinite(_real(v)) and abs(_real(v)) > 1e30:
@@ -668,10 +669,9 @@ def _huge_masked(case: dict) -> bool:
 
 
 def nonfinite_or_overflowing_masked(case: dict) -> bool:
-    """NaN or an infinity at a masked position (``nonfinite_masked``), finite log-probs there differing by
-    more than 88.7 (``masked_log_ratio_overflows``), a finite real value above 1e30 (a product overflows
-    float32), or a [B,T,V] logit overflowing float32 once transformed (``masked_logits_overflow_float32``):
-    junk a framework computing at every position turns into inf, and inf times its zero mask into NaN."""
+    """NaN or an infinity at a masked position (``nonfinite_masked``), finite log-probs there differing by more than
+    88.7 (``masked_log_ratio_overflows``), a finite real value above 1e30 (a product overflows float32), or a [B,T,V]
+    logit overflowing float32 once transformed: junk computed at every position turns into inf, inf * 0 into NaN."""
     from .predicates_precision import masked_logits_overflow_float32 as logits_overflow
     return nonfinite_masked(case) or masked_log_ratio_overflows(case) or _huge_masked(case) or logits_overflow(case)
 
@@ -795,6 +795,6 @@ def kl_term_with_is_weight(case: dict) -> bool:
 
 
 def nonfinite_or_huge_masked(case: dict) -> bool:
-    """``nonfinite_masked``, or a finite real value above 1e30 in magnitude at a masked position (its product
-    with a factor above 1 overflows float32); unlike nonfinite_or_overflowing_masked, not a mere exp overflow."""
-    return nonfinite_masked(case) or _huge_masked(case)
+    """``nonfinite_masked``, or a finite advantage or value above 1e30 at a masked position (its product with a
+    ratio or bound above 1 overflows float32); not a huge log-prob, as nonfinite_or_overflowing_masked has it."""
+    return nonfinite_masked(case) or _huge_masked(case, ("advantages", "values"))

@@ -1,5 +1,7 @@
-"""Input predicates about float32 rounding in a framework's own computation (spec/verdicts.md): the
-entropy quantile's float32 position, and masked logits that overflow float32 once transformed.  They
+"""Input predicates about the rounding and range of a framework's own floating point (spec/verdicts.md):
+the entropy quantile's float32 position, masked logits that overflow float32 once transformed, a
+log-normalizer whose float32 rounding an unshifted log-softmax carries, and log-ratios whose exp
+overflows float64.  They
 are predicates of :mod:`.predicates` (its ``predicates()`` lists them)."""
 
 from __future__ import annotations
@@ -46,6 +48,36 @@ def _exact(x):
     return v
 
 
+def _entropy_quantile_setup(case: dict):
+    """(rho as given, rho exact, the finite unmasked entropies) of a case taking an entropy top-quantile
+    (mask.entropy_quantile's ``top_entropy_quantile``, a loss.* recipe's ``entropy_quantile``); None
+    where it takes none, or an entropy is not finite."""
+    f = str(case.get("formula", ""))
+    p = _params(case)
+    name = "top_entropy_quantile" if f == "mask.entropy_quantile" else "entropy_quantile" if f.startswith("loss.") else None
+    if name is None or p.get(name) is None:
+        return None
+    rho = _exact(p[name])
+    ins = _inputs(case)
+    ent, mask = ins.get("entropy"), ins.get("mask")
+    if rho is None or not 0 <= rho <= 1 or not isinstance(ent, list) or not isinstance(mask, list):
+        return None
+    xs = [_real(v) for row, mrow in zip(ent, mask) for v, m in zip(_rows(row), _rows(mrow)) if m]
+    if not xs or not all(math.isfinite(v) for v in xs):
+        return None
+    return p[name], rho, xs
+
+
+def _spec_position(rho, n):
+    """The spec's h = (1 - rho)(n - 1), exact, taken as the integer it lies within 2^-44 (n - 1) of."""
+    from fractions import Fraction
+
+    h = (1 - rho) * (n - 1)
+    if abs(h - round(h)) <= Fraction(n - 1, 2 ** 44):
+        h = Fraction(round(h))
+    return h
+
+
 def entropy_quantile_float32_keep_differs(case: dict) -> bool:
     """The case takes an entropy top-quantile (mask.entropy_quantile's ``top_entropy_quantile``, or a
     loss.* recipe's ``entropy_quantile``) rho over the finite entropies of its unmasked tokens, and some
@@ -56,33 +88,50 @@ def entropy_quantile_float32_keep_differs(case: dict) -> bool:
     that lies outside the tie window but within float32's rounding of an integer, or of a window's
     edge, becomes that integer), and the interpolation in float32.  That is where a framework taking
     the threshold from a float32 quantile keeps a token the spec drops, or drops one it keeps."""
-    f = str(case.get("formula", ""))
-    p = _params(case)
-    name = "top_entropy_quantile" if f == "mask.entropy_quantile" else "entropy_quantile" if f.startswith("loss.") else None
-    if name is None or p.get(name) is None:
+    setup = _entropy_quantile_setup(case)
+    if setup is None:
         return False
-    rho = _exact(p[name])
-    ins = _inputs(case)
-    ent, mask = ins.get("entropy"), ins.get("mask")
-    if rho is None or not 0 <= rho <= 1 or not isinstance(ent, list) or not isinstance(mask, list):
-        return False
-    xs = [_real(v) for row, mrow in zip(ent, mask) for v, m in zip(_rows(row), _rows(mrow)) if m]
-    if not xs or not all(math.isfinite(v) for v in xs):
-        return False
+    given, rho, xs = setup
     from fractions import Fraction
 
     import torch
 
     n = len(xs)
     s = sorted(Fraction(v) for v in xs)
-    h = (1 - rho) * (n - 1)
-    if abs(h - round(h)) <= Fraction(n - 1, 2 ** 44):
-        h = Fraction(round(h))
+    h = _spec_position(rho, n)
     j = math.floor(h)
     q = s[j] if h == j else s[j] + (h - j) * (s[j + 1] - s[j])
     x32 = torch.tensor(xs, dtype=torch.float32)
-    q32 = torch.quantile(x32, 1.0 - float(p[name])).item()
+    q32 = torch.quantile(x32, 1.0 - float(given)).item()
     return any((Fraction(v) >= q) != (float(v32) >= q32) for v, v32 in zip(xs, x32.tolist()))
+
+
+def entropy_quantile_float32_differs(case: dict) -> bool:
+    """``entropy_quantile_float32_keep_differs``, or the case is mask.entropy_quantile and the threshold's
+    shift by the position ``torch.quantile`` forms in float32, h32 = fl32(fl32(1 - rho) (n - 1)), is more
+    than four float32 roundings of the spec's q: |h32 - h| times the larger step next to x_j (j =
+    floor(h)) exceeds 2^-22 |q|.  The position's rounding, about 2^-24 h, then moves q = x_j + (h - j)
+    (x_{j+1} - x_j) by more than the float32 tolerance allows the interpolation's few roundings: where h
+    is large against its fraction h - j and x_j is small against the step (rho = 0.1 over seven tokens,
+    six of entropy 0 and one of 1/32: h = 5.4, h32 = 5.39999962, q = 1/80 off by 16 float32 ulps)."""
+    if entropy_quantile_float32_keep_differs(case):
+        return True
+    setup = _entropy_quantile_setup(case)
+    if setup is None or case.get("formula") != "mask.entropy_quantile":
+        return False
+    given, rho, xs = setup
+    from fractions import Fraction
+
+    import torch
+
+    n = len(xs)
+    s = sorted(Fraction(v) for v in xs)
+    h = _spec_position(rho, n)
+    j = math.floor(h)
+    q = s[j] if h == j else s[j] + (h - j) * (s[j + 1] - s[j])
+    step = max(s[min(j + 1, n - 1)] - s[j], s[j] - s[max(j - 1, 0)])
+    h32 = (torch.tensor(1.0 - float(given), dtype=torch.float32) * (n - 1)).item()
+    return abs(Fraction(h32) - h) * step > abs(q) / 2 ** 22
 
 
 _FLOAT32_MAX = 3.4028234663852886e38
@@ -116,3 +165,70 @@ def masked_logits_overflow_float32(case: dict) -> bool:
                 if abs(scaled) > _FLOAT32_MAX or abs(t) > _FLOAT32_MAX:
                     return True
     return False
+
+
+_FLOAT64_EXP_MAX = math.log(1.7976931348623157e308)     # 709.78: e^x overflows float64 past it
+
+
+def log_ratio_overflows_float64(case: dict) -> bool:
+    """At some unmasked position |logprobs - old_logprobs| or |ref_logprobs - logprobs| (for the inputs the
+    case gives) exceeds 709.78, where e^ of it overflows float64 as well (float32 overflows past 88.72, so
+    this is ``large_log_ratio``'s regime for a framework computing in float64)."""
+    ins = _inputs(case)
+    mask, lp = ins.get("mask"), ins.get("logprobs")
+    if not isinstance(mask, list) or not isinstance(lp, list):
+        return False
+    for other in ("old_logprobs", "ref_logprobs"):
+        o = ins.get(other)
+        if not isinstance(o, list):
+            continue
+        for r1, r2, mrow in zip(lp, o, mask):
+            if any(m and abs(_real(a) - _real(b)) > _FLOAT64_EXP_MAX
+                   for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow))):
+                return True
+    return False
+
+
+def log_normalizer_above_8(case: dict) -> bool:
+    """At some unmasked position of a logprob.* case the log-normalizer log Z = log sum_v e^(z'_v) of the
+    transformed logits z' (``logit_scale``, ``softcap``, then ``temperature``) exceeds 8 in magnitude: a
+    log-probability formed as z'_v - log Z from the unshifted logits carries the rounding of log Z, about
+    2^-24 |log Z| in float32, into every p_v = e^(log p_v) as a relative error, more than the K = 8
+    units the logprob family's tolerance grants (spec/tolerance.md) where |log Z| > 8; the spec's
+    max-shifted form z'_v - z'_* - log1p(...) does not."""
+    ins, p = _inputs(case), _params(case)
+    logits, mask = ins.get("logits"), ins.get("mask")
+    s, tau, c = _real(p.get("logit_scale", 1)), _real(p.get("temperature", 1)), p.get("softcap")
+    c = None if c is None else _real(c)
+    if not isinstance(logits, list) or not isinstance(mask, list) or not (tau > 0 and math.isfinite(s)) \
+            or (c is not None and not c > 0):
+        return False     # no logits, or parameters the spec rejects (an expected-error case)
+    rows = [z for row, mrow in zip(logits, mask) for z, m in zip(_rows(row), _rows(mrow))
+            if m and isinstance(z, list) and z]
+    for raw in rows:
+        z = [(c * math.tanh(s * _real(v) / c) if c is not None else s * _real(v)) / tau for v in raw]
+        if not all(math.isfinite(v) for v in z):
+            continue
+        top = max(z)
+        if abs(top + math.log(sum(math.exp(v - top) for v in z))) > 8:
+            return True
+    return False
+
+
+def kl_gradient_paths_cancel_at_zero_log_ratio(case: dict) -> bool:
+    """A loss.* recipe with a k3 or k3_unbiased KL term (beta > 0), and at some unmasked token the
+    reference log-prob equals the current one exactly (x = l_ref - l = 0): there the KL term's
+    gradient, beta (1 - e^x) (times the token's weight), is exactly 0 and the token's gradient is the
+    policy term's alone; an autograd graph forms it as two paths, -beta e^x and +beta, each of size beta,
+    and a policy gradient added to one of them before the other cancels it keeps only its digits above
+    beta's rounding."""
+    f, p = str(case.get("formula", "")), _params(case)
+    if not f.startswith("loss.") or p.get("kl_estimator") not in ("k3", "k3_unbiased") \
+            or not _real(p.get("beta") or 0) > 0:
+        return False
+    ins = _inputs(case)
+    lp, ref, mask = ins.get("logprobs"), ins.get("ref_logprobs"), ins.get("mask")
+    if not isinstance(lp, list) or not isinstance(ref, list) or not isinstance(mask, list):
+        return False
+    return any(m and _real(a) == _real(b) and math.isfinite(_real(a))
+               for r1, r2, mrow in zip(lp, ref, mask) for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)))

@@ -1,0 +1,47 @@
+"""Input predicates about where a framework's always-on clamp binds (spec/verdicts.md): a bound the
+framework always applies and the case leaves open.  They are predicates of :mod:`.predicates` (its
+``predicates()`` lists them); like predicates_precision they read a case without importing that module."""
+
+from __future__ import annotations
+
+import math
+
+
+def _k3_case(case: dict):
+    """(x input clamp (lo, hi)) of a case computing k3 of x = ref_logprobs - logprobs: kl.k3, or a loss.*
+    KL term with beta > 0 and kl_estimator k3; None otherwise."""
+    from .predicates_precision import _params, _real
+
+    f, p = str(case.get("formula", "")), _params(case)
+    if f == "kl.k3":
+        return p.get("log_ratio_min"), p.get("log_ratio_max")
+    if f.startswith("loss.") and p.get("kl_estimator") == "k3" and _real(p.get("beta") or 0) > 0:
+        return p.get("kl_log_ratio_min"), p.get("kl_log_ratio_max")
+    return None
+
+
+def k3_log_ratio_beyond_40_unclamped(case: dict) -> bool:
+    """The case computes k3 of x = ref_logprobs - logprobs (kl.k3, or a loss.* KL term with beta > 0 and
+    ``kl_estimator`` k3), and at some unmasked position x lies beyond 40 in magnitude on a side the case's
+    own input clamp leaves open (or sets beyond 40): where a framework's always-on clamp of x to
+    [-40, 40] binds."""
+    from .predicates_precision import _inputs, _real, _rows
+
+    bounds = _k3_case(case)
+    if bounds is None:
+        return False
+    lo, hi = (None if b is None else _real(b) for b in bounds)
+    ins = _inputs(case)
+    lp, ref, mask = ins.get("logprobs"), ins.get("ref_logprobs"), ins.get("mask")
+    if not isinstance(lp, list) or not isinstance(ref, list) or not isinstance(mask, list):
+        return False
+    for r1, r2, mrow in zip(lp, ref, mask):
+        for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)):
+            x = _real(b) - _real(a)
+            if not m or math.isnan(x):
+                continue
+            x = max(x, lo) if lo is not None else x
+            x = min(x, hi) if hi is not None else x
+            if abs(x) > 40:
+                return True
+    return False
