@@ -86,6 +86,13 @@ def _shared(fid, inputs_for):
         Case(f"{fid}/log-ratio-200-clamped", fid, "edge",
              "x = +-200 with verl's k3 clamps (x to [-20, 20], value to [-10, 10]): x is clamped to +-20 and "
              "every value then to 10 or -10 (k1: -10, 10); gradients 0 (kl.k3_straight_through: -x = (-200, 200))", inputs_for(X200), dict(clamps)),
+        Case(f"{fid}/log-ratio-200-output-clamp-only", fid, "edge",
+             "x = 200, 768 and -200 with the value clamped to [-10, 10] and x left unclamped (AReaL's apply_clamp, "
+             "OpenRLHF's k1/k2 value clamp): every estimate beyond 10 is held at 10 or -10 with gradient 0 (kl.k3_straight_through: "
+             "its k2 score's gradient -x); k3(200) overflows float32 and k3(768) float64, and the held token's zero "
+             "gradient must not meet that infinite derivative as 0 * inf = NaN (pgspec fuzz, AReaL)",
+             inputs_for({"logprobs": [[-201.0, -768.0, 0.0]], "ref_logprobs": [[-1.0, 0.0, -200.0]],
+                         "mask": [[True] * 3]}), dict(ORLHF_VALUE)),
         Case(f"{fid}/tiny-log-ratio", fid, "edge",
              "x = 2^-20, -2^-20, 2^-30, -2^-30: k3 = x^2/2 + x^3/6 (2^-41 + 2^-61/3, ...); "
              "float64 exp(x) - 1 - x is exactly 0 at 2^-30", inputs_for(TINY)),
@@ -242,6 +249,11 @@ def _unbiased_cases():
              "exactly, although w = e^200 overflows float32 (inf * 0 would be NaN)",
              {"logprobs": [[0.0, -200.0]], "old_logprobs": [[-200.0, 0.0]], "ref_logprobs": [[0.0, -200.0]],
               "mask": [[True, True]]}),
+        Case(f"{fid}/ratio-768-on-far-reference", fid, "edge",
+             "l - l_old = -768 and x = l_ref - l = 768 (l_ref = l_old): w = e^-768 underflows float64 to 0 and k3(768) = "
+             "e^768 - 769 overflows it, but y = w k3(x) = 1 - 769 e^-768 = 1 (to 330 digits), gradient w (l - l_ref) = "
+             "-768 e^-768, 0 in every format (a product 0 * inf would be NaN: found by pgspec fuzz, TRL in float64)",
+             {"logprobs": [[-768.0]], "old_logprobs": [[0.0]], "ref_logprobs": [[0.0]], "mask": [[True]]}),
         Case(f"{fid}/nemo-rl-2958-ratio-stopped-where-clamped", fid, "regression",
              "input clamp [-20, 20], l - l_old = 0.5: x = 29.5 is clamped, y = e^0.5 (e^20 - 21) = 799902142.85, gradient 0 "
              "(w detached where the clamp is active, NeMo-RL PR #2958); x = -0.5 is inside: y = e^0.5 (e^-0.5 - 0.5) "

@@ -167,5 +167,19 @@ def _masked_overflowing_logits():
                  {"temperature": "0.1"})]
 
 
+def _large_normalizer():
+    """Large transformed logits next to a probability near 1 (found by pgspec fuzz, TRL in float32)."""
+    fid = "logprob.token"
+    return [Case(f"{fid}/large-logits-near-one", fid, "edge",
+                 "logits (0, 0, 2.625, 3.25) at logit scale 10 and temperature 0.5: z' = (0, 0, 52.5, 65), target 0: "
+                 "log p_0 = -65 - 3.727e-6 and p_3 = 1 - 3.727e-6, gradient -(s / tau) p_v = -20 p_v at v != 0; log Z "
+                 "= 65 + 3.727e-6 is 65 in float32 (its spacing there is 7.6e-6), so log p_v formed as z'_v - log Z "
+                 "from the unshifted logits gives p_3 = 1, a gradient 3.7e-6 off relative (62 float32 units); the "
+                 "max-shifted form keeps it",
+                 {"logits": [[[0.0, 0.0, 2.625, 3.25]]], "targets": [[0]], "mask": [[True]]},
+                 {"logit_scale": 10, "temperature": "0.5"})]
+
+
 def cases():
-    return [c for fid in IDS for c in _cases_for(fid) + _temperature_two(fid)] + _masked_overflowing_logits()
+    return ([c for fid in IDS for c in _cases_for(fid) + _temperature_two(fid)] + _masked_overflowing_logits()
+            + _large_normalizer())

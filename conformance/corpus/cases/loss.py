@@ -709,6 +709,44 @@ def fuzz_found(fid):
                         "neither the loss nor the gradient",
                         dict(base, advantages=[[a if m else "nan" for a, m in zip(ra, rm)]
                                                for ra, rm in zip(A_TOK, MASK)]), {"aggregation": "token_mean"}))
+    junk = {k: [[v if m else BIG for v, m in zip(row, mrow)] for row, mrow in zip(BATCH[k], MASK)]
+            for k in ("logprobs", "old_logprobs", "sampler_logprobs")}
+    out.append(case(fid, "masked-overflowing-kl-k2", "edge",
+                    "a finite 3.004e38 (bfloat16-exact) log-prob at the masked positions (current, old and sampler "
+                    "alike, so every ratio there is 1; the reference's is finite), beta = 0.25, k2, KL token mean: the "
+                    "masked k2 score (l - l_ref)^2 / 2 = 4.5e76 overflows float32 and bfloat16; masked, it must reach "
+                    "neither the loss nor the gradient",
+                    dict(BATCH, **junk), {"beta": 0.25, "kl_estimator": "k2", "kl_aggregation": "token_mean"}))
+    out.append(case(fid, "kl-k3-on-reference-token", "edge",
+                    "beta = 0.04, k3: token 1 has l = l_old = l_ref = -1/64, so x = 0 and its KL gradient e^x - 1 is "
+                    "exactly 0, and its gradient is the policy term's alone (token 0: l - l_old = 2, x = -2); "
+                    "formed as the two paths -beta e^x and +beta, a small policy gradient added to one of them "
+                    "before the other cancels it keeps only its digits above beta's rounding",
+                    {"logprobs": [[0.0, -0.015625]], "old_logprobs": [[-2.0, -0.015625]], "mask": [[True, True]],
+                     "advantages": [0.125], "ref_logprobs": [[-2.0, -0.015625]], "group_ids": [0],
+                     "sampler_logprobs": [[-2.0, -0.015625]]},
+                    {"beta": "0.04", "kl_estimator": "k3"}))
+    if fid != "loss.vespo":     # VESPO folds its IS weight in itself (no is_level)
+        far = {k: [list(r) for r in BATCH[k]] for k in ("logprobs", "old_logprobs", "sampler_logprobs")}
+        far["logprobs"][0][0] = far["old_logprobs"][0][0] = -201.0
+        far["sampler_logprobs"][0][0] = -1.0
+        out.append(case(fid, "is-token-rollout-log-ratio-200", "edge",
+                        "token IS truncation (c_max 2) where the first token's rollout log-ratio l_old - l_mu = -200 "
+                        "(l = l_old = -201, l_mu = -1; its policy ratio is 1): w^IS = e^-200 = 1.4e-87 nearly removes "
+                        "that token's policy term, with no IS log-ratio clamp (a framework clamping it to -20 always "
+                        "gives e^-20 = 2.1e-9)",
+                        dict(base, **far, advantages=A_TOK if fid in TOKEN_ADV else A_SEQ),
+                        {**no_kl(fid), "is_level": "token"}))
+    ext768 = dict(extreme(768.0), logprobs=[[0.0, -4.0]] * 2 + [[-768.0, -772.0]] * 2,   # bfloat16-exact
+                  old_logprobs=[[-768.0, -772.0]] * 2 + [[0.0, -4.0]] * 2)
+    if fid == "loss.grpo":
+        ext768["ref_logprobs"] = ext768["logprobs"]
+    if fid == "loss.minirl":
+        ext768["sampler_logprobs"] = ext768["old_logprobs"]
+    out.append(case(fid, "log-ratio-768-zero-advantage", "edge",
+                    "log-ratios +768 and -768 with A = 0 everywhere: loss and gradient exactly 0 (e^768 overflows "
+                    "float64 too, past 709.78: a ratio of inf times a zero advantage, or its zero cotangent times the "
+                    "ratio's derivative, would be NaN in every dtype)", dict(ext768, advantages=[0.0] * 4), no_kl(fid)))
     if fid != "loss.vespo":     # VESPO folds its IS weight in itself (no is_level)
         out.append(case(fid, "kl-with-token-is", "edge",
                         "token IS truncation (is_level token, c_max 2) with beta 0.25 and kl.k3: the IS weight "

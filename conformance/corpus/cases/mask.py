@@ -263,7 +263,8 @@ def _float32_positions():
     (torch.quantile over float32 entropies: fl32(1 - rho) (n - 1) rounded to float32) lands on the integer
     position, from above (6.00000006) and from below (4.99999988); the spec's q lies above the entropy
     there, 0, by about 1e-14, a difference float32 and bfloat16 hold (above an entropy other than 0 they
-    could not: q would round onto it)."""
+    could not: q would round onto it).  And a position h large against its fraction h - j (rho = 0.1 over seven
+    tokens, h = 5.4): float32's rounding of h, about 2^-24 h, moves q by 16 float32 ulps of itself."""
     fid = ENT
     r8, r7 = 1 / 7 - 6.5e-14, 1 / 6 - 6.6e-14
     return [
@@ -282,6 +283,14 @@ def _float32_positions():
              {"entropy": [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.03125, 0.5]],
               "mask": [[True] * 4, [True, True, True, False]]},
              {"top_entropy_quantile": r7}),
+        Case(f"{fid}/float32-position-off-its-fraction", fid, "edge",
+             "seven entropies, six of 0 and one of 1/32; rho = 0.1: h = 0.9 * 6 = 5.4, q = 0 + 0.4 (1/32 - 0) = "
+             "1/80 (rho's binary double moves it by 1e-18): only the token with H = 1/32 is kept (in float32, fl32(0.9) "
+             "* 6 = 5.39999962, so q = 0.39999962 / 32 = 0.0124999881: 16 float32 ulps of q off, where h is "
+             "large against its fraction 0.4; no keep decision changes)",
+             {"entropy": [[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.03125, 0.5]],
+              "mask": [[True] * 4, [True, True, True, False]]},
+             {"top_entropy_quantile": 0.1}),
     ]
 
 

@@ -587,6 +587,38 @@ def _binding():
     return out
 
 
+def _at_768(value):
+    """value with every +-200 of its inputs' nested lists made +-768."""
+    if isinstance(value, dict):
+        return {k: _at_768(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_at_768(v) for v in value]
+    if isinstance(value, float) and abs(value) == 200.0:
+        return value / 200.0 * 768.0
+    return value
+
+
+def _float64_overflow(cases):
+    """The log-ratio-200 cases with A = 0, and those on the clipped side of a bounded surrogate, again with
+    log-ratios of +-768: e^768 overflows float64 too (past 709.78), where e^200 overflows float32 only.  pgspec
+    fuzz found the float64 regime (Unsloth: NaN at 768 in surrogate.gspo, ppo_clip and trl_delta)."""
+    out = []
+    for c in cases:
+        slug = c.id.split("/", 1)[1]
+        if slug == "log-ratio-200-zero-advantage":
+            what = "A = 0: loss and gradient exactly 0 (a ratio of inf times a zero advantage would be NaN)"
+        elif slug == "log-ratio-200-clipped-side" and c.formula != "surrogate.pg":
+            what = ("each on its clipped side: a bounded loss and gradient 0 on the clipped tokens (the clipped "
+                    "branch's zero cotangent times the ratio's derivative e^768 = inf would be NaN)")
+        else:
+            continue
+        out.append(Case(c.id.replace("200", "768"), c.formula, "edge",
+                        f"the inputs of {slug} with log-ratios +-768 for +-200, {what}; e^768 overflows float64 as "
+                        "well as float32 (past 709.78)", _at_768(c.inputs), c.params))
+    return out
+
+
 def cases():
-    return (_pg() + _ppo() + _dual() + _trl_delta() + _gspo() + _gmpo() + _cispo() + _sapo() + _vespo()
-            + _binding() + _gspo_clamp_placement() + _gspo_document())
+    out = (_pg() + _ppo() + _dual() + _trl_delta() + _gspo() + _gmpo() + _cispo() + _sapo() + _vespo()
+           + _binding() + _gspo_clamp_placement() + _gspo_document())
+    return out + _float64_overflow(out)
