@@ -376,3 +376,17 @@ def test_rollout_log_ratio_beyond_20_reads_a_recipes_is_options():
     is_base = {k: v for k, v in base.items() if k not in ("advantages", "logprobs")}
     assert p(_case("is.token.truncate", {}, **is_base))
     assert not p(_case("is.token.truncate", {"log_ratio_clamp": 20}, **is_base))
+
+
+def test_kl_term_small_log_ratio_zero_included():
+    p = predicates_precision.kl_term_small_log_ratio
+    base = dict(logprobs=[[-0.015625, -1.0]], old_logprobs=[[-0.015625, -1.0]], mask=[[True, True]],
+                advantages=[0.0], ref_logprobs=[[-0.015625, -2.0]])
+    assert p(_case("loss.grpo", {}, **base))                                   # default beta 0.04, k3; x = 0
+    assert p(_case("loss.dapo", {"beta": 0.04, "kl_estimator": "k3_unbiased"},
+                   **dict(base, ref_logprobs=[[-0.03125, -2.0]])))              # |x| = 1/64
+    assert not p(_case("loss.grpo", {"beta": 0}, **base))
+    assert not p(_case("loss.grpo", {"kl_estimator": "k2"}, **base))
+    assert not p(_case("loss.grpo", {}, **dict(base, ref_logprobs=[[-0.125, -2.0]])))    # |x| = 0.11, 1
+    assert not p(_case("loss.grpo", {}, **dict(base, mask=[[False, True]])))
+    assert "kl_term_small_log_ratio" in predicates.predicates()

@@ -232,3 +232,20 @@ def kl_gradient_paths_cancel_at_zero_log_ratio(case: dict) -> bool:
         return False
     return any(m and _real(a) == _real(b) and math.isfinite(_real(a))
                for r1, r2, mrow in zip(lp, ref, mask) for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)))
+
+
+def kl_term_small_log_ratio(case: dict) -> bool:
+    """A loss.* recipe with a k3 or k3_unbiased KL term (beta > 0), and at some unmasked token |x| = |l_ref -
+    l| < 1/16, zero included: the KL gradient there, about beta w |x| (0 at x = 0), is small next to one
+    float32 rounding of a log-prob, beta w 2^-24 |l|, which a framework re-forming log p from float32
+    logits carries into it."""
+    f, p = str(case.get("formula", "")), _params(case)
+    if not f.startswith("loss.") or p.get("kl_estimator") not in ("k3", "k3_unbiased") \
+            or not _real(p.get("beta") or 0) > 0:
+        return False
+    ins = _inputs(case)
+    lp, ref, mask = ins.get("logprobs"), ins.get("ref_logprobs"), ins.get("mask")
+    if not isinstance(lp, list) or not isinstance(ref, list) or not isinstance(mask, list):
+        return False
+    return any(m and abs(_real(b) - _real(a)) < 1 / 16
+               for r1, r2, mrow in zip(lp, ref, mask) for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)))
