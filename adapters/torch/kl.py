@@ -84,8 +84,10 @@ def clamped_estimate(k, x, a, b, c, d):
     if c is None and d is None:
         return k(xc)
     with torch.no_grad():
-        y = k(xc)
-        held, bound = _held(y, c, d), _clamp(y, c, d)
+        # held is decided on the estimate formed in float64 from the dtype's x: in bfloat16, k3 = expm1(x) - x
+        # at x = 0.859 is 0.5 (1.3594 - 0.8594) where it is 0.50245, beyond an output bound of 0.5
+        y = k(xc.double())
+        held, bound = _held(y, c, d), _clamp(y, c, d).to(xc.dtype)
     return torch.where(held, bound, k(torch.where(held, torch.zeros_like(xc), xc)))
 
 

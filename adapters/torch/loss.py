@@ -268,7 +268,11 @@ def minirl(inputs, params):
     keep = ~(((a > 0) & (r > 1 + eps_high)) | ((a < 0) & (r < 1 - eps_low)))
     over_sampler = {**inputs, "old_logprobs": inputs["sampler_logprobs"]}
     w = tis.truncate_weight(torch.exp(tsur.log_ratio(over_sampler, detach=True)), None, cap)
-    pg = -w.detach() * a * tsur._selected(inputs, "logprobs")
+    zero = torch.zeros((), dtype=a.dtype, device=a.device)
+    # A = 0 selects a coefficient 0, never forms 0 * w: w = e^200 overflows float32 and bfloat16 (with no
+    # cap), and 0 * inf would be NaN in the value and, through the product's backward, in the gradient
+    coef = torch.where(a == 0, zero, -w.detach() * a)
+    pg = coef * tsur._selected(inputs, "logprobs")
     pg = torch.where(keep, pg, torch.zeros((), dtype=pg.dtype, device=pg.device))
     return compose(fid, inputs, params, pg, _agg("agg.seq_mean_token_sum"), sampler_required=True)
 

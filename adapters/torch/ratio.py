@@ -5,23 +5,36 @@ from __future__ import annotations
 import torch
 
 
-def masked_log_ratio(inputs):
-    """l - l_old at unmasked positions, 0 elsewhere (selected, so NaN/inf there cannot leak)."""
+def masked_log_ratio(inputs, dtype=None):
+    """l - l_old at unmasked positions, 0 elsewhere (selected, so NaN/inf there cannot leak); with ``dtype``,
+    formed in that dtype (float64: exactly, from 16-bit inputs)."""
     m = inputs["mask"]
-    d = inputs["logprobs"] - inputs["old_logprobs"]
+    lp, old = inputs["logprobs"], inputs["old_logprobs"]
+    if dtype is not None:
+        lp, old = lp.to(dtype), old.to(dtype)
+    d = lp - old
     return torch.where(m, d, torch.zeros_like(d))
 
 
-def _clamp(x, c):
-    return x if c is None else torch.clamp(x, -c, c)
+def _clamp(x, c, exact=None):
+    """clip(x, -c, c); with ``exact`` (x formed in float64), the clamp holds where the exact value is
+    outside [-c, c] (its gradient 0 there) although x, formed in a 16-bit dtype, may have rounded onto c."""
+    if c is None:
+        return x
+    if exact is None:
+        return torch.clamp(x, -c, c)
+    held = exact.abs() > c
+    return torch.where(held, torch.clamp(exact, -c, c).to(x.dtype), torch.clamp(x, -c, c))
 
 
 def token(inputs, params):
-    return {"ratio": torch.exp(_clamp(masked_log_ratio(inputs), params.get("log_ratio_clamp")))}
+    d = masked_log_ratio(inputs)
+    return {"ratio": torch.exp(_clamp(d, params.get("log_ratio_clamp"), masked_log_ratio(inputs, torch.float64)))}
 
 
 def sequence_product(inputs, params):
-    return {"ratio": torch.exp(_clamp(masked_log_ratio(inputs).sum(-1), params.get("log_ratio_clamp")))}
+    exact = masked_log_ratio(inputs, torch.float64).sum(-1)
+    return {"ratio": torch.exp(_clamp(masked_log_ratio(inputs).sum(-1), params.get("log_ratio_clamp"), exact))}
 
 
 def mean_log_ratio(inputs, clamp=None):
