@@ -1,6 +1,6 @@
 """Input predicates added for OAT's and torchtune's capabilities: mask_gaps and eps_asymmetric."""
 
-from pgspec.conformance.verdicts import predicates, predicates_precision
+from pgspec.conformance.verdicts import predicates, predicates_clamps, predicates_precision
 
 
 def _case(formula, params=None, **inputs):
@@ -390,3 +390,16 @@ def test_kl_term_small_log_ratio_zero_included():
     assert not p(_case("loss.grpo", {}, **dict(base, ref_logprobs=[[-0.125, -2.0]])))    # |x| = 0.11, 1
     assert not p(_case("loss.grpo", {}, **dict(base, mask=[[False, True]])))
     assert "kl_term_small_log_ratio" in predicates.predicates()
+
+
+def test_k3_log_ratio_beyond_40_unclamped_after_the_cases_own_clamp():
+    p = predicates_clamps.k3_log_ratio_beyond_40_unclamped
+    row = dict(logprobs=[[0.0]], ref_logprobs=[[-768.0]], mask=[[True]])
+    assert p(_case("kl.k3", {}, **row))                                          # x = -768
+    assert not p(_case("kl.k3", {"log_ratio_min": -20}, **row))                  # the case clamps it to -20
+    assert not p(_case("kl.k3", {}, logprobs=[[0.0]], ref_logprobs=[[-40.0]], mask=[[True]]))   # on the bound
+    assert not p(_case("kl.k1", {}, **row))
+    recipe = dict(row, old_logprobs=[[0.0]], advantages=[0.5])
+    assert p(_case("loss.grpo", {}, **recipe)) and not p(_case("loss.grpo", {"beta": 0}, **recipe))
+    assert "k3_log_ratio_beyond_40_unclamped" in predicates.predicates()
+

@@ -281,9 +281,21 @@ def _unbiased_cases():
     return out
 
 
+def _near_bound_bf16():
+    """A value beyond its clamp bound by less than bfloat16 resolves (pgspec fuzz found the built-in backend
+    deciding the clamp on the bfloat16 value)."""
+    fid = "kl.k3"
+    return [Case(f"{fid}/near-output-bound-bf16", fid, "edge",
+                 "x = 0.859375 with output_max = 0.5: k3 = e^x - 1 - x = 0.50245 lies above the bound, so the value "
+                 "is 0.5 and the gradient 0; formed in bfloat16, expm1(x) = 1.3594 and 1.3594 - 0.8594 = 0.5 lands on "
+                 "the bound, inside the closed clamp, so a clamp decided on that value passes the gradient "
+                 "1 - e^x = -1.36 (the built-in backend decides on the estimate formed in float64)",
+                 {"logprobs": [[-0.859375]], "ref_logprobs": [[0.0]], "mask": [[True]]}, {"output_max": 0.5})]
+
+
 def cases():
     out = []
     for fid in IDS[:-1]:
         out += _estimator_cases(fid)
-    out += _unbiased_cases()
+    out += _unbiased_cases() + _near_bound_bf16()
     return out

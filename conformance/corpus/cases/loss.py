@@ -737,6 +737,13 @@ def fuzz_found(fid):
                         "gives e^-20 = 2.1e-9)",
                         dict(base, **far, advantages=A_TOK if fid in TOKEN_ADV else A_SEQ),
                         {**no_kl(fid), "is_level": "token"}))
+    if fid == "loss.minirl":
+        out.append(case(fid, "uncapped-sampler-ratio-200-zero-advantage", "edge",
+                        "no TIS cap (is_cap null) and l - l_mu = 200 and 0 (l - l_old = 200 and 20) with A = 0: "
+                        "loss and gradient exactly 0 (w = e^200 overflows float32 and bfloat16, and 0 * w would be NaN; "
+                        "pgspec fuzz found it in the built-in backend)",
+                        {"logprobs": [[-1.0, -1.0]], "old_logprobs": [[-201.0, -21.0]], "mask": [[True, True]],
+                         "advantages": [[0.0, 0.0]], "sampler_logprobs": [[-201.0, -1.0]]}, {"is_cap": None}))
     ext768 = dict(extreme(768.0), logprobs=[[0.0, -4.0]] * 2 + [[-768.0, -772.0]] * 2,   # bfloat16-exact
                   old_logprobs=[[-768.0, -772.0]] * 2 + [[0.0, -4.0]] * 2)
     if fid == "loss.grpo":

@@ -60,6 +60,19 @@ def _binding(fid, clamp):
     return out
 
 
+def _near_clamp_bf16():
+    """A row sum beyond the clamp by less than bfloat16 resolves (pgspec fuzz found the built-in backend
+    deciding the clamp on the bfloat16 sum)."""
+    fid = "ratio.sequence_product"
+    return [Case(f"{fid}/near-clamp-bf16", fid, "edge",
+                 "log-ratios 768 and 1/64 with log_ratio_clamp = 768: the row sum 768.015625 lies above the clamp, so "
+                 "s = e^768 (beyond every format: an infinity passes by overflow) and the gradient 0; summed in "
+                 "bfloat16 (spacing 4 at 768) the sum is 768, on the bound, inside the closed clamp, so a clamp decided "
+                 "on it passes the gradient e^768 = inf (the built-in backend decides on the sum formed in float64)",
+                 {"logprobs": [[0.0, 0.0]], "old_logprobs": [[-768.0, -0.015625]], "mask": [[True, True]]},
+                 {"log_ratio_clamp": 768})]
+
+
 def cases():
     out = []
     for fid in IDS:
@@ -109,4 +122,5 @@ def cases():
                         "two sequences of 32768 positions (lengths 32768 and 20000) from the generator",
                         Generated(seed=32768, B=2, T=32768, fields=("logprobs", "old_logprobs", "mask"),
                                   lengths=(32768, 20000))))
+    out += _near_clamp_bf16()
     return out + clamp_placement_cases()
