@@ -249,6 +249,10 @@ def _unbiased_cases():
              "exactly, although w = e^200 overflows float32 (inf * 0 would be NaN)",
              {"logprobs": [[0.0, -200.0]], "old_logprobs": [[-200.0, 0.0]], "ref_logprobs": [[0.0, -200.0]],
               "mask": [[True, True]]}),
+        Case(f"{fid}/ratio-768-on-reference", fid, "edge",
+             "l - l_old = 768 with l_ref = l (x = 0): y = w k3(0) = 0 and gradient w (l - l_ref) = 0 exactly, although "
+             "w = e^768 overflows float64 as well as float32 (inf * 0 would be NaN: pgspec fuzz, Unsloth in float64)",
+             {"logprobs": [[0.0]], "old_logprobs": [[-768.0]], "ref_logprobs": [[0.0]], "mask": [[True]]}),
         Case(f"{fid}/ratio-768-on-far-reference", fid, "edge",
              "l - l_old = -768 and x = l_ref - l = 768 (l_ref = l_old): w = e^-768 underflows float64 to 0 and k3(768) = "
              "e^768 - 769 overflows it, but y = w k3(x) = 1 - 769 e^-768 = 1 (to 330 digits), gradient w (l - l_ref) = "

@@ -703,6 +703,11 @@ def fuzz_found(fid):
                         dict(base, advantages=[[a if m else BIG for a, m in zip(ra, rm)]
                                                for ra, rm in zip(A_TOK, MASK)]), no_kl(fid)))
     if fid in GROUPED:
+        out.append(case(fid, "log-ratio-200-token-mean", "edge",
+                        "log-ratios +200 and -200 with A = +-1 and the batch-pooled token mean (the DAPO/CISPO aggregation "
+                        "OpenRLHF, TRL, Liger and verl run): e^200 = 7.2e86 overflows float32 where the unclipped branch or "
+                        "the ratio is live, e^-200 = 1.4e-87 is no clamp's e^-20 (pgspec fuzz, OpenRLHF)",
+                        extreme(200.0), {"aggregation": "token_mean"}))
         out.append(case(fid, "masked-nan-advantage-token-mean", "edge",
                         "per-token advantages with NaN at the masked positions (finite log-probs there), with the "
                         "batch-pooled token mean (the DAPO/CISPO aggregation TRL, Liger and verl run): it must reach "
