@@ -403,3 +403,16 @@ def test_k3_log_ratio_beyond_40_unclamped_after_the_cases_own_clamp():
     assert p(_case("loss.grpo", {}, **recipe)) and not p(_case("loss.grpo", {"beta": 0}, **recipe))
     assert "k3_log_ratio_beyond_40_unclamped" in predicates.predicates()
 
+
+
+def test_geometric_token_log_ratio_beyond_20_whatever_the_cases_clamp():
+    p = predicates_clamps.geometric_token_log_ratio_beyond_20
+    row = dict(old_logprobs=[[-0.015625, -1.0]], sampler_logprobs=[[-0.015625, -201.0]], mask=[[True, True]])
+    assert p(_case("is.geometric.truncate", {"log_ratio_clamp": 20}, **row))    # the mean 100 is clamped, a token not
+    assert p(_case("is.geometric.mask", {}, **row))
+    assert not p(_case("is.token.truncate", {}, **row))                         # a token level: the clamps agree
+    assert not p(_case("is.geometric.truncate", {}, **dict(row, mask=[[True, False]])))
+    assert not p(_case("is.geometric.truncate", {}, **dict(row, sampler_logprobs=[[-0.015625, -21.0]])))
+    recipe = dict(row, logprobs=[[-0.015625, -1.0]], advantages=[0.5])
+    assert p(_case("loss.grpo", {"is_level": "geometric"}, **recipe)) and not p(_case("loss.grpo", {"is_level": "token"}, **recipe))
+    assert "geometric_token_log_ratio_beyond_20" in predicates.predicates()

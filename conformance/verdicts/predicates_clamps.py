@@ -45,3 +45,21 @@ def k3_log_ratio_beyond_40_unclamped(case: dict) -> bool:
             if abs(x) > 40:
                 return True
     return False
+
+
+def geometric_token_log_ratio_beyond_20(case: dict) -> bool:
+    """An is.geometric.* case (or a loss.* recipe with ``is_level`` geometric) where some unmasked token's
+    rollout log-ratio old_logprobs - sampler_logprobs lies beyond 20 in magnitude: a framework clamping each
+    token to [-20, 20] before the geometric mean (a safety bound) differs there from the spec, which clamps
+    the level's mean (``log_ratio_clamp``, ``is_log_ratio_clamp``) or nothing."""
+    from .predicates_precision import _inputs, _params, _real, _rows
+
+    f, p = str(case.get("formula", "")), _params(case)
+    if not (f.startswith("is.geometric.") or f.startswith("loss.") and p.get("is_level") == "geometric"):
+        return False
+    ins = _inputs(case)
+    old, mu, mask = ins.get("old_logprobs"), ins.get("sampler_logprobs"), ins.get("mask")
+    if not isinstance(old, list) or not isinstance(mu, list) or not isinstance(mask, list):
+        return False
+    return any(m and abs(_real(a) - _real(b)) > 20
+               for r1, r2, mrow in zip(old, mu, mask) for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)))
