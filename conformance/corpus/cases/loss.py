@@ -742,6 +742,11 @@ def fuzz_found(fid):
                         "gives e^-20 = 2.1e-9)",
                         dict(base, **far, advantages=A_TOK if fid in TOKEN_ADV else A_SEQ),
                         {**no_kl(fid), "is_level": "token"}))
+    if fid != "loss.vespo":     # VESPO folds its IS weight in itself (no is_level)
+        out.append(case(fid, "masked-nan-inf-is-token", "edge",
+                        "NaN and infinities at masked positions of every input, the sampler's log-probs included, with "
+                        "token IS truncation (is_level token, c_max 2): a masked junk IS weight must reach neither the "
+                        "loss nor the gradient", DIRTY, {**no_kl(fid), "is_level": "token"}))
     if fid == "loss.minirl":
         out.append(case(fid, "uncapped-sampler-ratio-200-zero-advantage", "edge",
                         "no TIS cap (is_cap null) and l - l_mu = 200 and 0 (l - l_old = 200 and 20) with A = 0: "
