@@ -202,20 +202,9 @@ def large_log_ratio(case: dict) -> bool:
     """At some unmasked position, |logprobs - old_logprobs| >= 20 or |ref_logprobs - logprobs| >= 20
     (for the inputs the case gives): exp of such a log-ratio is beyond e^20 = 4.9e8 (float32's exp
     overflows past 88.7)."""
-    ins = inputs_of(case)
-    mask, lp = ins.get("mask"), ins.get("logprobs")
-    if not isinstance(mask, list) or not isinstance(lp, list):
-        return False
-    for other in ("old_logprobs", "ref_logprobs"):
-        o = ins.get(other)
-        if not isinstance(o, list):
-            continue
-        for r1, r2, mrow in zip(lp, o, mask):
-            if not isinstance(r1, list) or not isinstance(r2, list):
-                continue
-            if any(m and abs(_real(a) - _real(b)) >= 20 for a, b, m in zip(r1, r2, mrow)):
-                return True
-    return False
+    from .predicates_precision import _largest_unmasked_log_ratio
+
+    return _largest_unmasked_log_ratio(case) >= 20
 
 
 def prompt_mean_over_groups(case: dict) -> bool:
@@ -602,21 +591,10 @@ def kl_estimate_beyond_10_unclamped(case: dict) -> bool:
         return False
     lo, hi = p.get(pre + "log_ratio_min"), p.get(pre + "log_ratio_max")
     omin, omax = p.get(pre + "output_min"), p.get(pre + "output_max")
-    ins = inputs_of(case)
-    lp, ref, mask = ins.get("logprobs"), ins.get("ref_logprobs"), ins.get("mask")
-    if not isinstance(lp, list) or not isinstance(ref, list) or not isinstance(mask, list):
-        return False
-    for r1, r2, mrow in zip(lp, ref, mask):
-        for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)):
-            x = _real(b) - _real(a)
-            if not m or math.isnan(x):
-                continue
-            x = max(x, _real(lo)) if lo is not None else x
-            x = min(x, _real(hi)) if hi is not None else x
-            v = _KL_ESTIMATES[est](x)
-            if (v > 10 and omax is None) or (v < -10 and omin is None):
-                return True
-    return False
+    from .predicates_clamps import _clamped_kl_log_ratios
+
+    values = [_KL_ESTIMATES[est](x) for x in _clamped_kl_log_ratios(case, lo, hi)]
+    return any((v > 10 and omax is None) or (v < -10 and omin is None) for v in values)
 
 
 def policy_log_ratio_beyond_20(case: dict) -> bool:

@@ -20,31 +20,32 @@ def _k3_case(case: dict):
     return None
 
 
+def _clamped_kl_log_ratios(case: dict, lo, hi) -> list:
+    """x = ref_logprobs - logprobs at each unmasked position (NaN left out), clamped to the case's input
+    clamp [lo, hi] (either side None: open); shared with predicates.kl_estimate_beyond_10_unclamped."""
+    from .predicates_precision import _inputs, _real, _rows
+
+    ins = _inputs(case)
+    lp, ref, mask = ins.get("logprobs"), ins.get("ref_logprobs"), ins.get("mask")
+    if not isinstance(lp, list) or not isinstance(ref, list) or not isinstance(mask, list):
+        return []
+    out = []
+    for r1, r2, mrow in zip(lp, ref, mask):
+        for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)):
+            x = _real(b) - _real(a)
+            if m and not math.isnan(x):
+                x = max(x, _real(lo)) if lo is not None else x
+                out.append(min(x, _real(hi)) if hi is not None else x)
+    return out
+
+
 def k3_log_ratio_beyond_40_unclamped(case: dict) -> bool:
     """The case computes k3 of x = ref_logprobs - logprobs (kl.k3, or a loss.* KL term with beta > 0 and
     ``kl_estimator`` k3), and at some unmasked position x lies beyond 40 in magnitude on a side the case's
     own input clamp leaves open (or sets beyond 40): where a framework's always-on clamp of x to
     [-40, 40] binds."""
-    from .predicates_precision import _inputs, _real, _rows
-
     bounds = _k3_case(case)
-    if bounds is None:
-        return False
-    lo, hi = (None if b is None else _real(b) for b in bounds)
-    ins = _inputs(case)
-    lp, ref, mask = ins.get("logprobs"), ins.get("ref_logprobs"), ins.get("mask")
-    if not isinstance(lp, list) or not isinstance(ref, list) or not isinstance(mask, list):
-        return False
-    for r1, r2, mrow in zip(lp, ref, mask):
-        for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)):
-            x = _real(b) - _real(a)
-            if not m or math.isnan(x):
-                continue
-            x = max(x, lo) if lo is not None else x
-            x = min(x, hi) if hi is not None else x
-            if abs(x) > 40:
-                return True
-    return False
+    return bounds is not None and any(abs(x) > 40 for x in _clamped_kl_log_ratios(case, *bounds))
 
 
 def geometric_token_log_ratio_beyond_20(case: dict) -> bool:

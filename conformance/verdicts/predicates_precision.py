@@ -68,14 +68,18 @@ def _entropy_quantile_setup(case: dict):
     return p[name], rho, xs
 
 
-def _spec_position(rho, n):
-    """The spec's h = (1 - rho)(n - 1), exact, taken as the integer it lies within 2^-44 (n - 1) of."""
+def _spec_quantile(rho, xs):
+    """(sorted xs as fractions, h, j = floor(h), q): the spec's h = (1 - rho)(n - 1), exact, taken as the
+    integer it lies within 2^-44 (n - 1) of, and its linear quantile q = x_j + (h - j)(x_{j+1} - x_j)."""
     from fractions import Fraction
 
+    n = len(xs)
+    s = sorted(Fraction(v) for v in xs)
     h = (1 - rho) * (n - 1)
     if abs(h - round(h)) <= Fraction(n - 1, 2 ** 44):
         h = Fraction(round(h))
-    return h
+    j = math.floor(h)
+    return s, h, j, (s[j] if h == j else s[j] + (h - j) * (s[j + 1] - s[j]))
 
 
 def entropy_quantile_float32_keep_differs(case: dict) -> bool:
@@ -96,11 +100,7 @@ def entropy_quantile_float32_keep_differs(case: dict) -> bool:
 
     import torch
 
-    n = len(xs)
-    s = sorted(Fraction(v) for v in xs)
-    h = _spec_position(rho, n)
-    j = math.floor(h)
-    q = s[j] if h == j else s[j] + (h - j) * (s[j + 1] - s[j])
+    q = _spec_quantile(rho, xs)[3]
     x32 = torch.tensor(xs, dtype=torch.float32)
     q32 = torch.quantile(x32, 1.0 - float(given)).item()
     return any((Fraction(v) >= q) != (float(v32) >= q32) for v, v32 in zip(xs, x32.tolist()))
@@ -125,10 +125,7 @@ def entropy_quantile_float32_differs(case: dict) -> bool:
     import torch
 
     n = len(xs)
-    s = sorted(Fraction(v) for v in xs)
-    h = _spec_position(rho, n)
-    j = math.floor(h)
-    q = s[j] if h == j else s[j] + (h - j) * (s[j + 1] - s[j])
+    s, h, j, q = _spec_quantile(rho, xs)
     step = max(s[min(j + 1, n - 1)] - s[j], s[j] - s[max(j - 1, 0)])
     h32 = (torch.tensor(1.0 - float(given), dtype=torch.float32) * (n - 1)).item()
     return abs(Fraction(h32) - h) * step > abs(q) / 2 ** 22
@@ -170,23 +167,23 @@ def masked_logits_overflow_float32(case: dict) -> bool:
 _FLOAT64_EXP_MAX = math.log(1.7976931348623157e308)     # 709.78: e^x overflows float64 past it
 
 
+def _largest_unmasked_log_ratio(case: dict) -> float:
+    """The largest |logprobs - old_logprobs| or |ref_logprobs - logprobs| at an unmasked position (for the
+    inputs the case gives; 0 when none): predicates.large_log_ratio and log_ratio_overflows_float64."""
+    ins = _inputs(case)
+    mask, lp = ins.get("mask"), ins.get("logprobs")
+    if not isinstance(mask, list) or not isinstance(lp, list):
+        return 0.0
+    diffs = [abs(_real(a) - _real(b)) for other in ("old_logprobs", "ref_logprobs") if isinstance(ins.get(other), list)
+             for r1, r2, mrow in zip(lp, ins[other], mask) for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)) if m]
+    return max((d for d in diffs if not math.isnan(d)), default=0.0)
+
+
 def log_ratio_overflows_float64(case: dict) -> bool:
     """At some unmasked position |logprobs - old_logprobs| or |ref_logprobs - logprobs| (for the inputs the
     case gives) exceeds 709.78, where e^ of it overflows float64 as well (float32 overflows past 88.72, so
     this is ``large_log_ratio``'s regime for a framework computing in float64)."""
-    ins = _inputs(case)
-    mask, lp = ins.get("mask"), ins.get("logprobs")
-    if not isinstance(mask, list) or not isinstance(lp, list):
-        return False
-    for other in ("old_logprobs", "ref_logprobs"):
-        o = ins.get(other)
-        if not isinstance(o, list):
-            continue
-        for r1, r2, mrow in zip(lp, o, mask):
-            if any(m and abs(_real(a) - _real(b)) > _FLOAT64_EXP_MAX
-                   for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow))):
-                return True
-    return False
+    return _largest_unmasked_log_ratio(case) > _FLOAT64_EXP_MAX
 
 
 def log_normalizer_above_8(case: dict) -> bool:
@@ -215,6 +212,21 @@ def log_normalizer_above_8(case: dict) -> bool:
     return False
 
 
+def _recipe_k3_log_ratios(case: dict):
+    """x = l_ref - l at each unmasked token of a loss.* recipe with a k3 or k3_unbiased KL term (beta > 0);
+    empty for any other case."""
+    f, p = str(case.get("formula", "")), _params(case)
+    if not f.startswith("loss.") or p.get("kl_estimator") not in ("k3", "k3_unbiased") \
+            or not _real(p.get("beta") or 0) > 0:
+        return []
+    ins = _inputs(case)
+    lp, ref, mask = ins.get("logprobs"), ins.get("ref_logprobs"), ins.get("mask")
+    if not isinstance(lp, list) or not isinstance(ref, list) or not isinstance(mask, list):
+        return []
+    return [_real(b) - _real(a) for r1, r2, mrow in zip(lp, ref, mask)
+            for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)) if m and math.isfinite(_real(a))]
+
+
 def kl_gradient_paths_cancel_at_zero_log_ratio(case: dict) -> bool:
     """A loss.* recipe with a k3 or k3_unbiased KL term (beta > 0), and at some unmasked token the
     reference log-prob equals the current one exactly (x = l_ref - l = 0): there the KL term's
@@ -222,16 +234,7 @@ def kl_gradient_paths_cancel_at_zero_log_ratio(case: dict) -> bool:
     policy term's alone; an autograd graph forms it as two paths, -beta e^x and +beta, each of size beta,
     and a policy gradient added to one of them before the other cancels it keeps only its digits above
     beta's rounding."""
-    f, p = str(case.get("formula", "")), _params(case)
-    if not f.startswith("loss.") or p.get("kl_estimator") not in ("k3", "k3_unbiased") \
-            or not _real(p.get("beta") or 0) > 0:
-        return False
-    ins = _inputs(case)
-    lp, ref, mask = ins.get("logprobs"), ins.get("ref_logprobs"), ins.get("mask")
-    if not isinstance(lp, list) or not isinstance(ref, list) or not isinstance(mask, list):
-        return False
-    return any(m and _real(a) == _real(b) and math.isfinite(_real(a))
-               for r1, r2, mrow in zip(lp, ref, mask) for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)))
+    return any(x == 0 for x in _recipe_k3_log_ratios(case))
 
 
 def kl_term_small_log_ratio(case: dict) -> bool:
@@ -239,13 +242,4 @@ def kl_term_small_log_ratio(case: dict) -> bool:
     l| < 1/16, zero included: the KL gradient there, about beta w |x| (0 at x = 0), is small next to one
     float32 rounding of a log-prob, beta w 2^-24 |l|, which a framework re-forming log p from float32
     logits carries into it."""
-    f, p = str(case.get("formula", "")), _params(case)
-    if not f.startswith("loss.") or p.get("kl_estimator") not in ("k3", "k3_unbiased") \
-            or not _real(p.get("beta") or 0) > 0:
-        return False
-    ins = _inputs(case)
-    lp, ref, mask = ins.get("logprobs"), ins.get("ref_logprobs"), ins.get("mask")
-    if not isinstance(lp, list) or not isinstance(ref, list) or not isinstance(mask, list):
-        return False
-    return any(m and abs(_real(b) - _real(a)) < 1 / 16
-               for r1, r2, mrow in zip(lp, ref, mask) for a, b, m in zip(_rows(r1), _rows(r2), _rows(mrow)))
+    return any(abs(x) < 1 / 16 for x in _recipe_k3_log_ratios(case))
