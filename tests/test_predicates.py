@@ -262,6 +262,9 @@ def test_nonfinite_or_huge_masked_leaves_out_a_merely_overflowing_log_ratio():
                  **dict(base, logprobs=[[-1.0, 3.004e38]], old_logprobs=[[-1.0, 3.004e38]]))
     assert not predicates.nonfinite_or_huge_masked(junk)
     assert predicates.k2_score_nonfinite_or_overflowing_masked(junk)
+    # where the log-prob is a factor of the per-token loss (CISPO's -w A l), a huge one overflows it (SkyRL)
+    assert predicates.nonfinite_or_huge_masked(_case("loss.cispo", {}, advantages=[0.25], logprobs=[[-1.0, 3.004e38]],
+                                                     old_logprobs=[[-1.0, -1.5]], mask=[[True, False]]))
     assert "nonfinite_or_huge_masked" in predicates.predicates()
 
 

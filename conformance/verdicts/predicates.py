@@ -774,5 +774,9 @@ def kl_term_with_is_weight(case: dict) -> bool:
 
 def nonfinite_or_huge_masked(case: dict) -> bool:
     """``nonfinite_masked``, or a finite advantage or value above 1e30 at a masked position (its product with a
-    ratio or bound above 1 overflows float32); not a huge log-prob, as nonfinite_or_overflowing_masked has it."""
-    return nonfinite_masked(case) or _huge_masked(case, ("advantages", "values"))
+    ratio or bound above 1 overflows float32), or such a log-prob where the per-token loss has it as a factor
+    (the REINFORCE forms -w A l of CISPO, VESPO and MiniRL); not a huge log-prob whose exp or square overflows
+    (nonfinite_or_overflowing_masked has those)."""
+    reinforce = str(case.get("formula", "")) in ("surrogate.cispo", "surrogate.vespo", "loss.cispo", "loss.vespo",
+                                                 "loss.minirl")
+    return nonfinite_masked(case) or _huge_masked(case, ("advantages", "values") + (("logprobs",) if reinforce else ()))

@@ -716,6 +716,13 @@ def fuzz_found(fid):
                                                for ra, rm in zip(A_TOK, MASK)]), {"aggregation": "token_mean"}))
     junk = {k: [[v if m else BIG for v, m in zip(row, mrow)] for row, mrow in zip(BATCH[k], MASK)]
             for k in ("logprobs", "old_logprobs", "sampler_logprobs")}
+    if fid in ("loss.cispo", "loss.vespo", "loss.minirl"):
+        out.append(case(fid, "masked-overflowing-logprob", "edge",
+                        "a finite 3.004e38 (bfloat16-exact) log-prob at the masked positions (current, old and sampler "
+                        "alike, so every ratio there is 1), no KL: the REINFORCE form -w A l has the log-prob as a factor, "
+                        "so the masked per-token loss overflows float32 and bfloat16; masked, it must reach neither the "
+                        "loss nor the gradient (pgspec fuzz, SkyRL's CISPO)",
+                        dict(BATCH, **junk), {"aggregation": "token_mean"} if fid in GROUPED else {}))
     out.append(case(fid, "masked-overflowing-kl-k2", "edge",
                     "a finite 3.004e38 (bfloat16-exact) log-prob at the masked positions (current, old and sampler "
                     "alike, so every ratio there is 1; the reference's is finite), beta = 0.25, k2, KL token mean: the "
