@@ -153,16 +153,55 @@ def entropy_of(row, temperature=1, logit_scale=1, softcap=None):
     # sum_w -(log p_w + 1) p_w ([w = v] - p_v): terms of size p_w (1 + |log p_w|) (1[w = v] + p_v),
     # each rounded; that sum of magnitudes is the error scale of the derivative as usually computed.
     mass = mp.fsum(p * (1 + abs(lp)) for p, lp in zip(ps, logs))
-    parents, dscale = [], []
+    parents, own = [], []
     for v, z in enumerate(zs):
         if is_var(z):
             slope = -ps[v] * (shift if v == star else shift - d[v])   # -p_v (log p_v + H)
             parents.append((z, slope))
-            dscale.append(4 * (ps[v] * (1 + abs(logs[v])) + ps[v] * mass))
+            own.append(4 * (ps[v] * (1 + abs(logs[v])) + ps[v] * mass))
     # the error of -sum_v p_v log p_v as usually written: a softmax, a log and a product per entry
     # (about three roundings of |p_v log p_v| each), summed pairwise over V entries
     rounding = (3 + max(1, (len(zs) - 1).bit_length())) * mp.fsum(plogp) + abs(h)
-    return Var(h, tuple(parents), rounding=rounding, dscale=tuple(dscale))
+    dscale = _entropy_dscale(zs, star, d, ps, logs, h, own)
+    return Var(h, tuple(parents), rounding=rounding, dscale=dscale)
+
+
+def _entropy_dscale(zs, star, d, ps, logs, h, own):
+    """The error of the entropy's derivatives dH/dz'_v as usually computed, a function of the
+    operands' forward errors E(z'_w), read when the scale pass runs (see ``_ad.Var.dscale``).
+
+    ``own``: the roundings of the backward's own products (4 u on each term of size
+    p_w (1 + |log p_w|) (1[w = v] + p_v)).  To them comes the error that the derivative inherits
+    from its rounded inputs.  The softmax forms log p_w = (z'_w - z'_*) - log(1 + S) and
+    p_w = exp(log p_w): the shift errs absolutely by r_w = E(z'_w) + E(z'_*) + |d_w| (the rounded
+    operands and the subtraction's rounding; d_* = z'_* - z'_* is exact), log(1 + S) by
+    L = sum_{w != *} p_w r_w (its derivative in each shift is p_w), so log p_w errs by r_w + L
+    (L alone at the maximum), and p_w = exp(log p_w) by the same amount relatively: exp's condition
+    number is its argument's absolute error.  The derivative as usually computed,
+    sum_w -(log p_w + 1) p_w (1[w = v] - p_v), takes from each term w the error of its log p_w
+    (absolute) and of its p_w and p_v (relative): to first order at most
+        R_v p_v (|log p_v + 1| + 1 + |1 - H|) + p_v sum_w R_w p_w (|log p_w + 1| + 1),
+    R_w = the error of log p_w (|1 - H| = |sum_w p_w (log p_w + 1)|, the factor of p_v in the
+    second part).  Where |d_v| is large the first part is |dH/dz'_v| R_v, the error of p_v that
+    multiplies the whole derivative.
+    """
+    # floats: the scale passes compute in floats (an mpf E, in their mpf fallback, promotes these)
+    P = [float(p) for p in ps]
+    W = [float(p) * (abs(float(lp + 1)) + 1) for p, lp in zip(ps, logs)]   # p_w (|log p_w + 1| + 1)
+    D = [0.0 if v == star else float(d[v]) for v in range(len(zs))]
+    g = float(abs(1 - h))
+    own = tuple(float(x) for x in own)
+    live = [v for v, z in enumerate(zs) if is_var(z)]
+
+    def dscale(e_of):
+        E = [e_of(z) if is_var(z) else 0.0 for z in zs]
+        r = [0.0 if v == star else E[v] + E[star] + D[v] for v in range(len(zs))]
+        L = sum(P[v] * r[v] for v in range(len(zs)))
+        R = [x + L for x in r]
+        M = sum(R[w] * W[w] for w in range(len(zs)))
+        return tuple(o + R[v] * (W[v] + P[v] * g) + P[v] * M for o, v in zip(own, live))
+
+    return dscale
 
 
 # Validation --------------------------------------------------------------------------------------
