@@ -162,44 +162,55 @@ def entropy_of(row, temperature=1, logit_scale=1, softcap=None):
     # the error of -sum_v p_v log p_v as usually written: a softmax, a log and a product per entry
     # (about three roundings of |p_v log p_v| each), summed pairwise over V entries
     rounding = (3 + max(1, (len(zs) - 1).bit_length())) * mp.fsum(plogp) + abs(h)
-    dscale = _entropy_dscale(zs, star, d, ps, logs, h, own)
+    dscale = _entropy_dscale(zs, star, d, ps, h, shift, s, own)
     return Var(h, tuple(parents), rounding=rounding, dscale=dscale)
 
 
-def _entropy_dscale(zs, star, d, ps, logs, h, own):
+def _entropy_dscale(zs, star, d, ps, h, shift, s, own):
     """The error of the entropy's derivatives dH/dz'_v as usually computed, a function of the
     operands' forward errors E(z'_w), read when the scale pass runs (see ``_ad.Var.dscale``).
 
     ``own``: the roundings of the backward's own products (4 u on each term of size
-    p_w (1 + |log p_w|) (1[w = v] + p_v)).  To them comes the error that the derivative inherits
-    from its rounded inputs.  The softmax forms log p_w = (z'_w - z'_*) - log(1 + S) and
-    p_w = exp(log p_w): the shift errs absolutely by r_w = E(z'_w) + E(z'_*) + |d_w| (the rounded
-    operands and the subtraction's rounding; d_* = z'_* - z'_* is exact), log(1 + S) by
-    L = sum_{w != *} p_w r_w (its derivative in each shift is p_w), so log p_w errs by r_w + L
-    (L alone at the maximum), and p_w = exp(log p_w) by the same amount relatively: exp's condition
-    number is its argument's absolute error.  The derivative as usually computed,
-    sum_w -(log p_w + 1) p_w (1[w = v] - p_v), takes from each term w the error of its log p_w
-    (absolute) and of its p_w and p_v (relative): to first order at most
-        R_v p_v (|log p_v + 1| + 1 + |1 - H|) + p_v sum_w R_w p_w (|log p_w + 1| + 1),
-    R_w = the error of log p_w (|1 - H| = |sum_w p_w (log p_w + 1)|, the factor of p_v in the
-    second part).  Where |d_v| is large the first part is |dH/dz'_v| R_v, the error of p_v that
-    multiplies the whole derivative.
+    p_w (1 + |log p_w|) (1[w = v] + p_v)).  To them comes the error the derivative inherits from
+    its rounded inputs, to first order:
+
+    * log p_w = (z'_w - z'_*) - log(1 + S), S = sum_{w != *} exp(z'_w - z'_*).  The shifted logit
+      z'_w - z'_* errs by e_w - e_* + rho_w (e: the operands' errors, |e_w| <= E(z'_w) u; rho_w: the
+      subtraction's rounding, |rho_w| <= |d_w| u, 0 at the maximum), and log(1 + S) by
+      sum_{w != *} p_w (e_w - e_* + rho_w) plus its own rounding lam (log(1 + S) + 1 units, and the
+      sum's ceil(log2(V - 1)) S/(1 + S)).  The common e_* cancels, so with a_w = E(z'_w) + |d_w|,
+          delta_v = error of log p_v:   |delta_v| <= R_v = (1 - p_v) a_v + sum_{w != v} p_w a_w + lam.
+    * p_w = exp(log p_w) errs *relatively* by delta_w: exp's condition number is its argument's
+      absolute error.
+    * dH/dz'_v as usually computed is p_v (-(log p_v + 1) + Sigma), Sigma = sum_w p_w (log p_w + 1)
+      (the softmax backward: one factor p_v).  Its error is delta_v (g_v - p_v) + p_v delta_Sigma,
+      g_v = -p_v (log p_v + H), and delta_Sigma = sum_w p_w (log p_w + 2) delta_w, in which the part
+      common to every delta_w (-sum_u p_u (e_u + rho_u)) sums to -(2 - H) times it, so
+          |delta_Sigma| <= sum_w p_w |log p_w + H| a_w + |2 - H| lam.
+    So the added error is p_v |log p_v + H + 1| R_v + p_v (sum_w p_w |log p_w + H| a_w + |2 - H| lam).
+    Where d_v is large it is |g_v| R_v: the error of p_v multiplies the whole derivative, as in
+    logprob.token's gradient through its exp node.
     """
     # floats: the scale passes compute in floats (an mpf E, in their mpf fallback, promotes these)
+    V = len(zs)
     P = [float(p) for p in ps]
-    W = [float(p) * (abs(float(lp + 1)) + 1) for p, lp in zip(ps, logs)]   # p_w (|log p_w + 1| + 1)
-    D = [0.0 if v == star else float(d[v]) for v in range(len(zs))]
-    g = float(abs(1 - h))
+    D = [0.0 if v == star else float(d[v]) for v in range(V)]
+    lh = [float(abs(shift if v == star else shift - d[v])) for v in range(V)]           # |log p_w + H|
+    c = [float(p * abs((shift if v == star else shift - d[v]) - 1)) for v, p in enumerate(ps)]  # |g_v - p_v|
+    lam = float(mp.log1p(s) + 1 + max(1, (V - 2).bit_length()) * s / (1 + s)) if V > 1 else 0.0
+    k = float(abs(2 - h))
     own = tuple(float(x) for x in own)
     live = [v for v, z in enumerate(zs) if is_var(z)]
 
     def dscale(e_of):
-        E = [e_of(z) if is_var(z) else 0.0 for z in zs]
-        r = [0.0 if v == star else E[v] + E[star] + D[v] for v in range(len(zs))]
-        L = sum(P[v] * r[v] for v in range(len(zs)))
-        R = [x + L for x in r]
-        M = sum(R[w] * W[w] for w in range(len(zs)))
-        return tuple(o + R[v] * (W[v] + P[v] * g) + P[v] * M for o, v in zip(own, live))
+        a = [(e_of(z) if is_var(z) else 0.0) + D[w] for w, z in enumerate(zs)]
+        A = sum(P[w] * a[w] for w in range(V))
+        sigma = sum(P[w] * lh[w] * a[w] for w in range(V)) + k * lam
+        out = []
+        for o, v in zip(own, live):
+            R = (1 - P[v]) * a[v] + max(0.0, A - P[v] * a[v]) + lam
+            out.append(o + c[v] * R + P[v] * sigma)
+        return tuple(out)
 
     return dscale
 
