@@ -142,9 +142,9 @@ def test_non_finite_inputs_are_rejected_only_at_unmasked_positions(fid, name, sh
 # times a bound that left out the forward error of log p_v (r_v = E(z'_v) + E(z'_*) + |d_v|), which
 # p_v = exp(log p_v) turns into a relative error of the whole derivative (spec/tolerance.md, fused nodes)
 ENTROPY_FUZZ_FINDINGS = [
-    ("float32", {"temperature": 0.1, "logit_scale": 3, "softcap": 10}, [0.0, 0.0, 0.125, -1.375]),
-    ("bfloat16", {"temperature": 0.1, "logit_scale": 3}, [0.0, 2.125, 0.125, -0.25]),
-    ("bfloat16", {"temperature": 0.1, "softcap": 20}, [0.0, 0.0, -3.125, 3.75]),
+    ("float32", {"temperature": 0.1, "logit_scale": 3.0, "softcap": 10.0}, [0.0, 0.0, 0.125, -1.375]),
+    ("bfloat16", {"temperature": 0.1, "logit_scale": 3.0}, [0.0, 2.125, 0.125, -0.25]),
+    ("bfloat16", {"temperature": 0.1, "softcap": 20.0}, [0.0, 0.0, -3.125, 3.75]),
 ]
 
 
