@@ -196,7 +196,7 @@ def _entropy_dscale(zs, star, d, ps, h, shift, s, own):
     P = [float(p) for p in ps]
     D = [0.0 if v == star else float(d[v]) for v in range(V)]
     lh = [float(abs(shift if v == star else shift - d[v])) for v in range(V)]           # |log p_w + H|
-    c = [float(p * abs((shift if v == star else shift - d[v]) - 1)) for v, p in enumerate(ps)]  # |g_v - p_v|
+    c = [float(p * abs((shift if v == star else shift - d[v]) + 1)) for v, p in enumerate(ps)]  # |g_v - p_v|
     lam = float(mp.log1p(s) + 1 + max(1, (V - 2).bit_length()) * s / (1 + s)) if V > 1 else 0.0
     k = float(abs(2 - h))
     own = tuple(float(x) for x in own)
