@@ -49,7 +49,10 @@ class Var:
         # "expm1", "sqrt", "tie", "em1x"; None: the derivative is computed from the node's value.
         self.op = op
         # For a fused node: per operand, the error (in units of u) with which the formula as usually
-        # written computes that local derivative; None: derived from the node's own rounding.
+        # written computes that local derivative; None: derived from the node's own rounding.  It may
+        # also be a function of e_of (a node's forward error E, as a float, or an mpf in the mpf
+        # fallback) returning that tuple, where the error depends on the operands' own forward
+        # errors (the entropy's gradient: see logprob.entropy_of); the scale passes call it once.
         self.dscale = dscale
         # For sg[x]: the node x whose value this is.  It carries x's rounding error (error_scales
         # follows it) but no derivative (backward does not).
@@ -628,6 +631,8 @@ def _float_grad_scales(order, seeds, leaves):
         e, v = n._e, n._v
         step = c + a * (1 + (e / v if v != 0 else e))
         ds = n.dscale
+        if callable(ds):
+            ds = ds(_e_of)
         op = n.op
         for k, ((p, d), ad) in enumerate(zip(n.parents, n._dv)):
             j = p._i
@@ -676,6 +681,8 @@ def _scale_pass(order, nodes, seeds, leaves, number):
         c = C[id(n)]
         step = c + a * rel[id(n)]
         ds = n.dscale
+        if callable(ds):
+            ds = ds(lambda q: E[id(q)])
         op = n.op
         for k, (p, d) in enumerate(n.parents):
             ad = abs(number(d))

@@ -153,16 +153,66 @@ def entropy_of(row, temperature=1, logit_scale=1, softcap=None):
     # sum_w -(log p_w + 1) p_w ([w = v] - p_v): terms of size p_w (1 + |log p_w|) (1[w = v] + p_v),
     # each rounded; that sum of magnitudes is the error scale of the derivative as usually computed.
     mass = mp.fsum(p * (1 + abs(lp)) for p, lp in zip(ps, logs))
-    parents, dscale = [], []
+    parents, own = [], []
     for v, z in enumerate(zs):
         if is_var(z):
             slope = -ps[v] * (shift if v == star else shift - d[v])   # -p_v (log p_v + H)
             parents.append((z, slope))
-            dscale.append(4 * (ps[v] * (1 + abs(logs[v])) + ps[v] * mass))
+            own.append(4 * (ps[v] * (1 + abs(logs[v])) + ps[v] * mass))
     # the error of -sum_v p_v log p_v as usually written: a softmax, a log and a product per entry
     # (about three roundings of |p_v log p_v| each), summed pairwise over V entries
     rounding = (3 + max(1, (len(zs) - 1).bit_length())) * mp.fsum(plogp) + abs(h)
-    return Var(h, tuple(parents), rounding=rounding, dscale=tuple(dscale))
+    dscale = _entropy_dscale(zs, star, d, ps, h, shift, s, own)
+    return Var(h, tuple(parents), rounding=rounding, dscale=dscale)
+
+
+def _entropy_dscale(zs, star, d, ps, h, shift, s, own):
+    """The error of the entropy's derivatives dH/dz'_v as usually computed, a function of the
+    operands' forward errors E(z'_w), read when the scale pass runs (see ``_ad.Var.dscale``).
+
+    ``own``: the roundings of the backward's own products (4 u on each term of size
+    p_w (1 + |log p_w|) (1[w = v] + p_v)).  To them comes the error the derivative inherits from
+    its rounded inputs, to first order:
+
+    * log p_w = (z'_w - z'_*) - log(1 + S), S = sum_{w != *} exp(z'_w - z'_*).  The shifted logit
+      z'_w - z'_* errs by e_w - e_* + rho_w (e: the operands' errors, |e_w| <= E(z'_w) u; rho_w: the
+      subtraction's rounding, |rho_w| <= |d_w| u, 0 at the maximum), and log(1 + S) by
+      sum_{w != *} p_w (e_w - e_* + rho_w) plus its own rounding lam (log(1 + S) + 1 units, and the
+      sum's ceil(log2(V - 1)) S/(1 + S)).  The common e_* cancels, so with a_w = E(z'_w) + |d_w|,
+          delta_v = error of log p_v:   |delta_v| <= R_v = (1 - p_v) a_v + sum_{w != v} p_w a_w + lam.
+    * p_w = exp(log p_w) errs *relatively* by delta_w: exp's condition number is its argument's
+      absolute error.
+    * dH/dz'_v as usually computed is p_v (-(log p_v + 1) + Sigma), Sigma = sum_w p_w (log p_w + 1)
+      (the softmax backward: one factor p_v).  Its error is delta_v (g_v - p_v) + p_v delta_Sigma,
+      g_v = -p_v (log p_v + H), and delta_Sigma = sum_w p_w (log p_w + 2) delta_w, in which the part
+      common to every delta_w (-sum_u p_u (e_u + rho_u)) sums to -(2 - H) times it, so
+          |delta_Sigma| <= sum_w p_w |log p_w + H| a_w + |2 - H| lam.
+    So the added error is p_v |log p_v + H + 1| R_v + p_v (sum_w p_w |log p_w + H| a_w + |2 - H| lam).
+    Where d_v is large it is |g_v| R_v: the error of p_v multiplies the whole derivative, as in
+    logprob.token's gradient through its exp node.
+    """
+    # floats: the scale passes compute in floats (an mpf E, in their mpf fallback, promotes these)
+    V = len(zs)
+    P = [float(p) for p in ps]
+    D = [0.0 if v == star else float(d[v]) for v in range(V)]
+    lh = [float(abs(shift if v == star else shift - d[v])) for v in range(V)]           # |log p_w + H|
+    c = [float(p * abs((shift if v == star else shift - d[v]) + 1)) for v, p in enumerate(ps)]  # |g_v - p_v|
+    lam = float(mp.log1p(s) + 1 + max(1, (V - 2).bit_length()) * s / (1 + s)) if V > 1 else 0.0
+    k = float(abs(2 - h))
+    own = tuple(float(x) for x in own)
+    live = [v for v, z in enumerate(zs) if is_var(z)]
+
+    def dscale(e_of):
+        a = [(e_of(z) if is_var(z) else 0.0) + D[w] for w, z in enumerate(zs)]
+        A = sum(P[w] * a[w] for w in range(V))
+        sigma = sum(P[w] * lh[w] * a[w] for w in range(V)) + k * lam
+        out = []
+        for o, v in zip(own, live):
+            R = (1 - P[v]) * a[v] + max(0.0, A - P[v] * a[v]) + lam
+            out.append(o + c[v] * R + P[v] * sigma)
+        return tuple(out)
+
+    return dscale
 
 
 # Validation --------------------------------------------------------------------------------------
