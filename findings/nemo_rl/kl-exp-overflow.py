@@ -8,7 +8,7 @@ Spec: `kl.k3` (pgspec spec/kl.md#kl.k3): k3(x) = e^x - 1 - x with x = l_ref - l,
 kl = clip(k3(x), c, d), whose gradient is 0 where the clamp holds (k3(x) > d).
 Input (float32): one token, logprobs = [[-201]], reference logprobs = [[-1]] (x = l_ref - l = 200),
 kl_type "k3", input_clamp_value None, output_clamp_value 10, no importance weights. The same happens in
-float64 from x = 768 (e^768 overflows float64 past 709.78).
+float64 past x = 709.78 (e.g. x = 768, the float64 case pgspec found).
 Expected: kl 10 (the clamp holds: k3(200) = e^200 - 201 > 10), gradient d kl / d logprobs = 0 (computed in
 plain float64 torch, where e^200 is finite).
 Got: kl 10, gradient NaN: exp(200) is inf in float32, and the backward of the output clamp sends a zero
