@@ -13,8 +13,8 @@ Expected: -1.2: the policy term is clipped (-(1 + eps_high) A) and the KL is e^2
 Got: NaN: the kernel computes kl = (exp(ref - logp) - (ref - logp) - 1) * exp(logp - old_logp) in float32,
 where exp(200) = inf and inf * 0 = NaN (the same loss with beta = 0 is -1.2; with A = 0 it is 0 at beta = 0
 and NaN at beta = 1, so the KL term alone makes it NaN).
-Fix: form the product in log space or cap the weight's exponent, e.g. kl = k3 * exp(min(logp - old_logp, 80))
-(or skip the product where k3 == 0); Liger's other paths clamp the log-ratio before exp.
+Fix: form the product in log space, so that it is inf only where the exact value
+overflows and 0 where k3 is 0: kl = tl.where(k3 > 0, tl.exp(tl.log(k3) + (logp - old_logp)), 0.0).
 Source: https://github.com/linkedin/Liger-Kernel/blob/v0.8.5/src/liger_kernel/ops/grpo_loss.py#L218-L221
 
 Run: python findings/liger-triton/kl-exp-overflow.py
