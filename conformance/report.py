@@ -205,7 +205,8 @@ def _declaration_tables(summary, adapter) -> list[str]:
             m = matched.get((d.source, d.label), {})
             n = sum(v for k, v in m.items() if k in (d.kind, "stale-deviation"))
             stale = " (stale)" if m.get("stale-deviation") else ""
-            when = ", ".join([f"{k} in {dom.to_json()}" for k, dom in d.params] + list(d.inputs)) or "-"
+            when = ", ".join([f"{k} in {dom.to_json()}" for k, dom in d.params] + list(d.inputs)
+                             + [f"float64: {p}" for p in d.inputs_float64]) or "-"
             lines.append(f"| {d.position} | {d.kind}{' (error)' if d.expect == 'error' else ''} | "
                          f"{_md(', '.join(f'`{i}`' for i in d.ids))} | {_md(when)} | {', '.join(d.dtypes) or 'all'} | "
                          f"{_md(absorbs_text(d))} | {n}{stale} | {_md(d.reason)} | {_link(d.link)} |")

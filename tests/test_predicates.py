@@ -1,5 +1,7 @@
 """Input predicates added for OAT's and torchtune's capabilities: mask_gaps and eps_asymmetric."""
 
+import pytest
+
 from pgspec.conformance.verdicts import predicates, predicates_clamps, predicates_precision
 
 
@@ -419,3 +421,30 @@ def test_geometric_token_log_ratio_beyond_20_whatever_the_cases_clamp():
     recipe = dict(row, logprobs=[[-0.015625, -1.0]], advantages=[0.5])
     assert p(_case("loss.grpo", {"is_level": "geometric"}, **recipe)) and not p(_case("loss.grpo", {"is_level": "token"}, **recipe))
     assert "geometric_token_log_ratio_beyond_20" in predicates.predicates()
+
+
+def test_a_rules_inputs_float64_replace_its_inputs_in_a_float64_run(tmp_path):
+    from pgspec.conformance.verdicts.declarations import DeclarationError, load
+
+    path = tmp_path / "deviations.toml"
+    path.write_text('''[[rule]]
+ids = ["surrogate.*"]
+when = { inputs = ["large_log_ratio"], inputs_float64 = ["log_ratio_overflows_float64"] }
+kind = "bug"
+cause = "exp-overflow"
+reason = "r"
+link = "l"
+''')
+    rule = load(path).rules[0]
+    base = dict(mask=[[True]], advantages=[[0.0]], logprobs=[[0.0]])
+    at200 = dict(_case("surrogate.ppo_clip", **base, old_logprobs=[[-200.0]]), id="surrogate.ppo_clip/a200")
+    at768 = dict(_case("surrogate.ppo_clip", **base, old_logprobs=[[-768.0]]), id="surrogate.ppo_clip/a768")
+    assert rule.conditions_hold(at200, "float32") and rule.conditions_hold(at768, "float32")
+    assert not rule.conditions_hold(at200, "float64") and rule.conditions_hold(at768, "float64")
+    assert rule.conditions_hold(at200) and rule.conditions_hold(at768)       # no dtype: either set
+    d = load(path)
+    assert d.rules_for(at200["id"], "surrogate.ppo_clip", "float64", at200) == ()
+    assert d.rules_for(at768["id"], "surrogate.ppo_clip", "float64", at768) == (rule,)
+    path.write_text(path.read_text().replace('kind = "bug"', 'dtypes = ["float32"]\nkind = "bug"'))
+    with pytest.raises(DeclarationError, match="inputs_float64"):
+        load(path)

@@ -351,7 +351,8 @@ def test_the_torch_backend_rejects_every_expected_error_case():
 def _rule_by_scan(d, case, dtype):
     """rule_for as a plain scan of the rules (what the memoized lookup must give)."""
     for x in d.rules:
-        if (not x.dtypes or dtype in x.dtypes) and x.matches_id(case["id"], case["formula"]) and x.conditions_hold(case):
+        if (not x.dtypes or dtype in x.dtypes) and x.matches_id(case["id"], case["formula"]) \
+                and x.conditions_hold(case, dtype):
             return x
     return None
 

@@ -283,7 +283,8 @@ def case_scoped_fit(decl, result, dtype: str, case: dict) -> dict | None:
 
     from ..verdicts.classification import classify
 
-    rules = [r for r in case_scoped_rules(decl, result.formula, dtype, result.case_id) if r.conditions_hold(case)]
+    rules = [r for r in case_scoped_rules(decl, result.formula, dtype, result.case_id)
+             if r.conditions_hold(case, dtype)]
     if not rules:
         return None
     trial = classify(copy.copy(result), rules)

@@ -154,6 +154,7 @@ class Declaration:
     params: tuple = ()              # ((name, Domain), ...)
     inputs: tuple = ()              # predicate names, "not NAME" negates
     origin: str = field(default="", compare=False)   # "file, line N" where it was written (extends)
+    inputs_float64: tuple = ()      # rules: the predicates that replace ``inputs`` in a float64 run (empty: the same)
     outputs: tuple = ()             # rules: the output globs ("loss", "grad.*") a mismatch may be in (empty: any)
     max_ratio: float | None = None  # rules: the largest error ratio the rule accepts (None: any)
     raises: str | None = None       # expect = "error" rules and checks: the exception's type name
@@ -219,12 +220,14 @@ class Declaration:
             pattern = _ID_PATTERNS[self.ids] = _globs_pattern(self.ids)
         return pattern.match(case_id) is not None or pattern.match(formula_id) is not None
 
-    def conditions_hold(self, case: dict | None) -> bool:
+    def conditions_hold(self, case: dict | None, dtype: str | None = None) -> bool:
         """The parameter domains and input predicates (all of them) hold for this case.  A property
         row (``case`` None) has no golden case for them to read: a rule reaches it only by naming it
         in ``ids`` (``prop.x/formula``), and then holds for it, so that the property rows of one root
-        cause are declared in that cause's one rule (spec/verdicts.md, "Rules")."""
-        if not self.params and not self.inputs:
+        cause are declared in that cause's one rule (spec/verdicts.md, "Rules").  In a float64 run
+        (``dtype``) a rule's ``inputs_float64`` replace its ``inputs``; with no dtype given, either set
+        holding is enough (the corpus-wide checks ask whether a rule can match at all)."""
+        if not self.params and not self.inputs and not self.inputs_float64:
             return True
         if case is None:
             return True
@@ -232,7 +235,12 @@ class Declaration:
         for name, domain in self.params:
             if name not in params or not domain.admits(params[name]):
                 return False
-        return all(_predicate(case, p) for p in self.inputs)
+        if self.inputs_float64 and dtype == "float64":
+            return all(_predicate(case, p) for p in self.inputs_float64)
+        held = all(_predicate(case, p) for p in self.inputs)
+        if self.inputs_float64 and dtype is None:
+            return held or all(_predicate(case, p) for p in self.inputs_float64)
+        return held
 
     def to_json(self) -> dict:
         d = {"table": self.table, "position": self.position, "source": self.source, "ids": list(self.ids),
@@ -246,6 +254,8 @@ class Declaration:
             d["params"] = {n: dom.to_json() for n, dom in self.params}
         if self.inputs:
             d["inputs"] = list(self.inputs)
+        if self.inputs_float64:
+            d["inputs_float64"] = list(self.inputs_float64)
         return d
 
     @classmethod
@@ -254,7 +264,8 @@ class Declaration:
         return cls(d["table"], d["position"], d["source"], tuple(d["ids"]), d["reason"], d["link"], d.get("kind"),
                    d.get("expect", "mismatch"), tuple(d.get("dtypes", ())), params, tuple(d.get("inputs", ())),
                    outputs=tuple(d.get("outputs", ())), max_ratio=d.get("max_ratio"), raises=d.get("raises"),
-                   match=d.get("match"), cause=d.get("cause"), within=d.get("within"))
+                   match=d.get("match"), cause=d.get("cause"), within=d.get("within"),
+                   inputs_float64=tuple(d.get("inputs_float64", ())))
 
     def summary(self) -> dict:
         """What a result carries about the declaration that classified it."""
@@ -336,7 +347,7 @@ class Declarations:
         """Every rule that matches the case's IDs, dtype and conditions, in file order: a result takes
         the kind of the first of them that explains it (spec/verdicts.md, step 5)."""
         return tuple(d for d in self._rules_matching(case_id, formula_id)
-                     if not (d.dtypes and dtype not in d.dtypes) and d.conditions_hold(case))
+                     if not (d.dtypes and dtype not in d.dtypes) and d.conditions_hold(case, dtype))
 
     def _rules_matching(self, case_id: str, formula_id: str) -> tuple:
         """The rules whose ID globs match, in order; remembered for as long as the rules are the same."""
@@ -724,10 +735,16 @@ def _build(raws: dict, path: str) -> Declarations:
                 if bad:
                     raise DeclarationError(f"{where}: unknown dtype(s) {bad}; choose from {', '.join(DTYPES)}")
                 when = entry.get("when", {})
-                if not isinstance(when, dict) or set(when) - {"params", "inputs"}:
-                    raise DeclarationError(f"{where}: 'when' is a table with 'params' and/or 'inputs', got {when!r}")
+                if not isinstance(when, dict) or set(when) - {"params", "inputs", "inputs_float64"}:
+                    raise DeclarationError(f"{where}: 'when' is a table with 'params', 'inputs' and/or "
+                                           f"'inputs_float64', got {when!r}")
+                if "inputs_float64" in when and ("float64" not in (dtypes or DTYPES)):
+                    raise DeclarationError(f"{where}: 'inputs_float64' is for a rule that holds in float64, and "
+                                           f"its dtypes are {list(dtypes)}")
                 conditions = dict(params=_param_domains(when.get("params", {}), where, _formula_globs_of(ids)),
                                   inputs=_inputs(when["inputs"], where) if "inputs" in when else (),
+                                  inputs_float64=(_inputs(when["inputs_float64"], where)
+                                                  if "inputs_float64" in when else ()),
                                   **_scope(entry, expect, where))
                 cause = entry.get("cause")
                 if cause is None:
